@@ -1,0 +1,1 @@
+//! Bundles: building them with stable versions, loading them into policy sets.

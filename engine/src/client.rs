@@ -1,0 +1,1 @@
+//! The client fail-closed state machine (spec §9).

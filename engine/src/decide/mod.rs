@@ -1,0 +1,442 @@
+//! The decision cascade (DESIGN §4) over a compiled rule set.
+//!
+//! A [`PolicySet`] is the rules one agent is governed by, compiled, ordered
+//! and indexed, together with the agent's attributes, modes and no-coverage
+//! settings. It is immutable and `Send + Sync`: build it off the request
+//! path, share it behind an `Arc`, and swap it whole when the bundle changes.
+
+mod rule;
+mod verdict;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+
+pub use rule::CompiledRule;
+pub(crate) use rule::TierRequirement;
+pub use verdict::{RuleHit, UnifiedVerdict, Verdict};
+
+use crate::classify::classify;
+use crate::dialect::Matched;
+use crate::input::{AgentDoc, InputDoc};
+use crate::model::{
+    ActionInput, AgentAttributes, AgentMode, AgentNoCoverage, DELEGATE_ACTION, Decision,
+    DelegationInput, Facet, HitlFallback, ModeByOperation, NoCoverageSettings, NoCoverageValue,
+    ReasonCode, RetrievalInput, TrustTier,
+};
+
+/// The agent a policy set governs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentContext {
+    /// The agent's logical id.
+    pub agent_id: String,
+    /// The agent's resolved mode.
+    pub mode: AgentMode,
+    /// Per-operation overrides.
+    pub mode_by_operation: ModeByOperation,
+    /// Attributes rules see as `input.agent`.
+    pub attributes: AgentAttributes,
+}
+
+/// Rules of one facet in cascade order, indexed for the action facet.
+#[derive(Debug, Default)]
+struct FacetRules {
+    /// Rules no index can place: always candidates.
+    unscoped: Vec<u32>,
+    /// Rules that only match one `target_app`.
+    by_app: HashMap<String, Vec<u32>>,
+    /// Rules that only match literal action names.
+    by_action: HashMap<String, Vec<u32>>,
+}
+
+/// A compiled, ordered, indexed rule set for one agent.
+#[derive(Debug)]
+pub struct PolicySet {
+    rules: Vec<Arc<CompiledRule>>,
+    action: FacetRules,
+    retrieval: Vec<u32>,
+    delegation: Vec<u32>,
+    agent: AgentContext,
+    agent_doc: AgentDoc,
+    modes: [AgentMode; 3],
+    no_coverage: NoCoverageSettings,
+}
+
+impl PolicySet {
+    /// Orders and indexes `rules` (already compiled, possibly shared with other
+    /// sets) for `agent`.
+    pub fn new(
+        mut rules: Vec<Arc<CompiledRule>>,
+        agent: AgentContext,
+        no_coverage: NoCoverageSettings,
+    ) -> PolicySet {
+        rules.sort_by(|a, b| rule::cascade_order(a, b));
+        let mut action = FacetRules::default();
+        let (mut retrieval, mut delegation) = (Vec::new(), Vec::new());
+        for (i, r) in rules.iter().enumerate() {
+            let i = u32::try_from(i).expect("fewer than 2^32 rules");
+            if r.applies(Facet::Action) {
+                match (r.policy.action_literals(), &r.target_app) {
+                    (Some(actions), _) => {
+                        for a in actions {
+                            action.by_action.entry(a).or_default().push(i);
+                        }
+                    }
+                    (None, Some(app)) => action.by_app.entry(app.clone()).or_default().push(i),
+                    (None, None) => action.unscoped.push(i),
+                }
+            }
+            if r.applies(Facet::Retrieval) {
+                retrieval.push(i);
+            }
+            if r.applies(Facet::Delegation) {
+                delegation.push(i);
+            }
+        }
+        let modes = Facet::ALL.map(|f| {
+            crate::model::resolve_mode(f, &agent.mode_by_operation, Some(agent.mode), agent.mode)
+        });
+        PolicySet {
+            agent_doc: AgentDoc::new(&agent.agent_id, agent.mode, &agent.attributes),
+            rules,
+            action,
+            retrieval,
+            delegation,
+            agent,
+            modes,
+            no_coverage,
+        }
+    }
+
+    /// The agent this set governs.
+    pub fn agent(&self) -> &AgentContext {
+        &self.agent
+    }
+
+    /// The no-coverage settings in force.
+    pub fn no_coverage(&self) -> &NoCoverageSettings {
+        &self.no_coverage
+    }
+
+    /// Rules in cascade order.
+    pub fn rules(&self) -> &[Arc<CompiledRule>] {
+        &self.rules
+    }
+
+    /// The mode a facet runs in.
+    pub fn mode(&self, facet: Facet) -> AgentMode {
+        self.modes[facet as usize]
+    }
+
+    /// Decides an action (tool call, write).
+    pub fn decide_action(&self, input: &ActionInput) -> Verdict {
+        let mode = self.mode(Facet::Action);
+        if mode == AgentMode::Off {
+            return Verdict::new(Facet::Action, Decision::Permit, "").in_mode(mode);
+        }
+        let doc = InputDoc::Action {
+            input,
+            agent: &self.agent_doc,
+        };
+        let candidates = self.action_candidates(&input.target_app, &input.action);
+        for i in candidates {
+            let rule = &self.rules[i as usize];
+            if !rule.passes_prefilters(&input.target_app, &input.action) {
+                continue;
+            }
+            match rule.policy.evaluate(&doc) {
+                Ok(None) => continue,
+                Ok(Some(m)) => return self.action_match(Facet::Action, rule, m).in_mode(mode),
+                Err(e) => return evaluation_failed(Facet::Action, rule, &e.0).in_mode(mode),
+            }
+        }
+        self.no_coverage_verdict(&input.action).in_mode(mode)
+    }
+
+    /// Decides a retrieval at `now` (emergency bypass expiry is checked then).
+    pub fn decide_retrieval(&self, input: &RetrievalInput, now: DateTime<Utc>) -> Verdict {
+        let mode = self.mode(Facet::Retrieval);
+        if mode == AgentMode::Off {
+            return Verdict::new(Facet::Retrieval, Decision::Allow, "").in_mode(mode);
+        }
+        let assigned = self.agent.attributes.trust_tier.as_deref();
+        let tier = assigned.or(input.trust_tier.as_deref());
+        let doc = InputDoc::Retrieval {
+            input,
+            agent: &self.agent_doc,
+            trust_tier: tier,
+        };
+        for &i in &self.retrieval {
+            let rule = &self.rules[i as usize];
+            if rule.bypass.is_in_force(now) {
+                let mut v = Verdict::new(
+                    Facet::Retrieval,
+                    Decision::Allow,
+                    format!("emergency bypass active on rule {}", rule.rule_code),
+                );
+                v.reason_code = Some(ReasonCode::EmergencyBypass);
+                return hit(v, rule).in_mode(mode);
+            }
+            match rule.policy.evaluate(&doc) {
+                Ok(None) => continue,
+                Ok(Some(m)) => {
+                    return self
+                        .retrieval_match(rule, m, tier, input.surface.as_deref())
+                        .in_mode(mode);
+                }
+                Err(e) => return evaluation_failed(Facet::Retrieval, rule, &e.0).in_mode(mode),
+            }
+        }
+        let mut v = Verdict::new(Facet::Retrieval, Decision::Deny, "no retrieval rule matched");
+        v.reason_code = Some(ReasonCode::DefaultDeny);
+        v.in_mode(mode)
+    }
+
+    /// Decides a delegation (`orchestrate.delegate`, projected onto the action
+    /// facet's pre-filters). No matching rule denies.
+    pub fn decide_delegation(&self, input: &DelegationInput) -> Verdict {
+        let mode = self.mode(Facet::Delegation);
+        if mode == AgentMode::Off {
+            return Verdict::new(Facet::Delegation, Decision::Permit, "").in_mode(mode);
+        }
+        let context = serde_json::to_value(&input.context).unwrap_or_default();
+        let doc = InputDoc::Delegation {
+            input,
+            context,
+            agent: &self.agent_doc,
+        };
+        for &i in &self.delegation {
+            let rule = &self.rules[i as usize];
+            if !rule.passes_prefilters(&input.target_app, DELEGATE_ACTION) {
+                continue;
+            }
+            match rule.policy.evaluate(&doc) {
+                Ok(None) => continue,
+                Ok(Some(m)) => return self.action_match(Facet::Delegation, rule, m).in_mode(mode),
+                Err(e) => return evaluation_failed(Facet::Delegation, rule, &e.0).in_mode(mode),
+            }
+        }
+        let mut v = Verdict::new(
+            Facet::Delegation,
+            Decision::Deny,
+            "no rule permits orchestrate.delegate",
+        );
+        v.rule_code = Some(DELEGATION_DEFAULT_CODE.to_owned());
+        v.in_mode(mode)
+    }
+
+    /// Candidate action rules in cascade order: the unscoped ones, the ones for
+    /// this app, and the ones for this literal action, merged by position.
+    fn action_candidates<'s>(&'s self, app: &str, action: &str) -> impl Iterator<Item = u32> + 's {
+        let empty: &[u32] = &[];
+        let lists = [
+            self.action.unscoped.as_slice(),
+            self.action.by_app.get(app).map_or(empty, Vec::as_slice),
+            self.action.by_action.get(action).map_or(empty, Vec::as_slice),
+        ];
+        Merge { lists, pos: [0; 3] }
+    }
+
+    /// A matched action or delegation rule's verdict, in enforce form.
+    fn action_match(&self, facet: Facet, rule: &CompiledRule, m: Matched) -> Verdict {
+        let reason = m
+            .reason
+            .unwrap_or_else(|| format!("matched rule {} ({})", rule.rule_code, rule.name));
+        let usable = m.redactions.as_ref().is_some_and(|r| r.is_usable());
+        let mut v = Verdict::new(facet, m.decision, reason);
+        v.reason_code = Some(if m.decision.is_pass() {
+            ReasonCode::PolicyAllow
+        } else {
+            ReasonCode::PolicyDeny
+        });
+        match m.decision {
+            Decision::Mask if usable => v.redactions = m.redactions,
+            Decision::Mask => {
+                v.decision = Decision::Deny;
+                v.reason = format!("{} (mask rule has no usable redaction directives)", v.reason);
+            }
+            Decision::ApprovalRequired => {
+                let fallback = match m.hitl_fallback.unwrap_or_default() {
+                    HitlFallback::Mask if usable => {
+                        v.redactions = m.redactions;
+                        HitlFallback::Mask
+                    }
+                    _ => HitlFallback::Deny,
+                };
+                v.hitl_fallback = Some(fallback);
+                if !self.no_coverage.enduser_hitl_enabled {
+                    v = resolve_without_approval(v);
+                }
+            }
+            _ => {}
+        }
+        hit(v, rule)
+    }
+
+    fn retrieval_match(
+        &self,
+        rule: &CompiledRule,
+        m: Matched,
+        tier: Option<&str>,
+        surface: Option<&str>,
+    ) -> Verdict {
+        let deny = |code: ReasonCode, reason: String| {
+            let mut v = Verdict::new(Facet::Retrieval, Decision::Deny, reason);
+            v.reason_code = Some(code);
+            hit(v, rule)
+        };
+        if rule.principal_exclusions.contains(&self.agent.agent_id) {
+            return deny(
+                ReasonCode::PrincipalExcluded,
+                format!("agent is excluded from rule {}", rule.rule_code),
+            );
+        }
+        if let Some(required) = rule.trust_tier {
+            let meets = match (required, tier.and_then(TrustTier::parse)) {
+                (TierRequirement::Tier(req), Some(have)) => have.meets(req),
+                _ => false,
+            };
+            if !meets {
+                return deny(
+                    ReasonCode::TierMismatch,
+                    format!(
+                        "rule {} requires a higher trust tier than {}",
+                        rule.rule_code,
+                        tier.unwrap_or("none")
+                    ),
+                );
+            }
+        }
+        if let Some(s) = &rule.surface
+            && surface != Some(s.as_str())
+        {
+            return deny(
+                ReasonCode::SurfaceRestriction,
+                format!("rule {} is restricted to surface {s}", rule.rule_code),
+            );
+        }
+        let reason = m
+            .reason
+            .unwrap_or_else(|| format!("matched rule {} ({})", rule.rule_code, rule.name));
+        let usable = m.redactions.as_ref().is_some_and(|r| r.is_usable());
+        let mut v = Verdict::new(Facet::Retrieval, m.decision, reason);
+        v.reason_code = Some(if m.decision == Decision::Allow {
+            ReasonCode::PolicyAllow
+        } else {
+            ReasonCode::PolicyDeny
+        });
+        match m.decision {
+            Decision::Redact if usable => v.redactions = m.redactions,
+            Decision::Redact if m.fail_closed => {
+                v.decision = Decision::Deny;
+                v.reason = format!("{} (fail-closed redact with no usable directives)", v.reason);
+            }
+            Decision::Redact => {
+                v.reason = format!("{} (no usable directives: content passes unchanged)", v.reason);
+            }
+            Decision::Escalate => {
+                v.hitl_fallback = Some(match m.hitl_fallback.unwrap_or_default() {
+                    HitlFallback::Mask if usable => {
+                        v.redactions = m.redactions;
+                        HitlFallback::Mask
+                    }
+                    _ => HitlFallback::Deny,
+                });
+            }
+            _ => {}
+        }
+        hit(v, rule)
+    }
+
+    /// The no-coverage default for an uncovered action (DESIGN §4).
+    fn no_coverage_verdict(&self, action: &str) -> Verdict {
+        let class = classify(action);
+        let value = match self.agent.attributes.no_coverage {
+            Some(AgentNoCoverage::Open) => NoCoverageValue::Allow,
+            Some(AgentNoCoverage::Closed) => NoCoverageValue::Deny,
+            None => self.no_coverage.no_coverage_defaults.for_class(class),
+        };
+        let decision = match value {
+            NoCoverageValue::Allow => Decision::Permit,
+            NoCoverageValue::Deny => Decision::Deny,
+            NoCoverageValue::Ask => Decision::ApprovalRequired,
+        };
+        let class_word = class.code_word();
+        let mut v = Verdict::new(
+            Facet::Action,
+            decision,
+            format!(
+                "no rule covers {action}; the {} default is {}",
+                class_word.to_ascii_lowercase(),
+                value.code_word().to_ascii_lowercase()
+            ),
+        );
+        v.rule_code = Some(format!("D-{class_word}-{}", value.code_word()));
+        if decision == Decision::ApprovalRequired && !self.no_coverage.enduser_hitl_enabled {
+            v = resolve_without_approval(v);
+        }
+        v
+    }
+}
+
+/// The synthetic rule code of an uncovered delegation.
+pub const DELEGATION_DEFAULT_CODE: &str = "D-DELEGATE-DENY";
+
+fn hit(mut v: Verdict, rule: &CompiledRule) -> Verdict {
+    v.rule = Some(RuleHit {
+        id: rule.id,
+        rule_code: rule.rule_code.clone(),
+    });
+    v.rule_code = Some(rule.rule_code.clone());
+    v
+}
+
+/// A rule that failed to evaluate decides `deny`: never a silent pass.
+fn evaluation_failed(facet: Facet, rule: &CompiledRule, why: &str) -> Verdict {
+    let mut v = Verdict::new(
+        facet,
+        Decision::Deny,
+        format!("rule {} could not be evaluated: {why}", rule.rule_code),
+    );
+    v.reason_code = Some(ReasonCode::PolicyDeny);
+    hit(v, rule)
+}
+
+/// End-user approvals are disabled: an approval gate cannot be answered, so it
+/// resolves at once to its fallback (absent = deny).
+fn resolve_without_approval(mut v: Verdict) -> Verdict {
+    match v.hitl_fallback {
+        Some(HitlFallback::Mask) => v.decision = Decision::Mask,
+        _ => {
+            v.decision = Decision::Deny;
+            v.redactions = None;
+        }
+    }
+    v.reason = format!("{} (end-user approvals are disabled)", v.reason);
+    v
+}
+
+/// Merges up to three ascending index lists (each rule is in at most one).
+struct Merge<'s> {
+    lists: [&'s [u32]; 3],
+    pos: [usize; 3],
+}
+
+impl Iterator for Merge<'_> {
+    type Item = u32;
+
+    fn next(&mut self) -> Option<u32> {
+        let mut best: Option<(usize, u32)> = None;
+        for (k, list) in self.lists.iter().enumerate() {
+            if let Some(&v) = list.get(self.pos[k])
+                && best.is_none_or(|(_, b)| v < b)
+            {
+                best = Some((k, v));
+            }
+        }
+        let (k, v) = best?;
+        self.pos[k] += 1;
+        Some(v)
+    }
+}

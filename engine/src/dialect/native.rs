@@ -1,0 +1,271 @@
+//! The native form of a rule: a condition tree evaluated directly on the request.
+//!
+//! Semantics follow Rego's: a body succeeds when every condition does; a
+//! condition over an undefined value fails (and so `not` of it succeeds); a
+//! builtin given the wrong types is undefined, as in OPA's non-strict mode.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use regex::Regex;
+use serde_json::Value;
+
+use super::value::{Num, Val};
+use crate::input::{InputDoc, Root};
+
+/// One step below an `input` root.
+#[derive(Debug, Clone)]
+pub(crate) enum Seg {
+    Key(Box<str>),
+    Index(usize),
+}
+
+/// A value-producing expression.
+#[derive(Debug, Clone)]
+pub(crate) enum Term {
+    Path { root: Root, segs: Box<[Seg]> },
+    Const(Value),
+    /// A set literal, sorted and deduplicated.
+    Set(Vec<Value>),
+    Call(Box<Call>),
+}
+
+/// A supported builtin call.
+#[derive(Debug, Clone)]
+pub(crate) enum Call {
+    StartsWith(Term, Term),
+    EndsWith(Term, Term),
+    Contains(Term, Term),
+    RegexMatch(Arc<Regex>, Term),
+    Count(Term),
+    Lower(Term),
+    Upper(Term),
+}
+
+/// A comparison operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CmpOp {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+/// One statement of a body.
+#[derive(Debug, Clone)]
+pub(crate) enum Cond {
+    Cmp(CmpOp, Term, Term),
+    /// `value in collection`.
+    Member(Term, Term),
+    /// A bare expression: succeeds when defined and not `false`.
+    Truthy(Term),
+    /// `x := term` whose variable was substituted away: succeeds when defined.
+    Defined(Term),
+    Not(Box<Cond>),
+    /// An inlined boolean helper rule: succeeds when any of its bodies does.
+    AnyOf(Arc<[Body]>),
+}
+
+/// A conjunction of conditions.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Body(pub(crate) Vec<Cond>);
+
+/// One definition of an output rule: alternatives tried in order (an `else`
+/// chain; a plain definition has one), each with the value it yields.
+#[derive(Debug, Clone)]
+pub(crate) struct Definition {
+    pub(crate) alternatives: Vec<(Body, Term)>,
+}
+
+/// A complete rule such as `decision` or `reason`: every definition is
+/// evaluated; two that yield different values are a conflict, as in Rego.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Output {
+    pub(crate) definitions: Vec<Definition>,
+    pub(crate) default: Option<Term>,
+}
+
+/// Two definitions of a complete rule produced different values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Conflict;
+
+impl Term {
+    pub(crate) fn eval<'a>(&'a self, doc: &'a InputDoc<'a>) -> Option<Val<'a>> {
+        match self {
+            Term::Path { root, segs } => {
+                let mut v = doc.root(*root)?;
+                for seg in segs.iter() {
+                    v = step(v, seg)?;
+                }
+                Some(v)
+            }
+            Term::Const(v) => Some(Val::of(v)),
+            Term::Set(items) => Some(Val::Set(items)),
+            Term::Call(call) => call.eval(doc),
+        }
+    }
+}
+
+fn step<'a>(v: Val<'a>, seg: &Seg) -> Option<Val<'a>> {
+    match (v, seg) {
+        (Val::Object(o), Seg::Key(k)) => o.get(k.as_ref()).map(Val::of),
+        (Val::Array(a), Seg::Index(i)) => a.get(*i).map(Val::of),
+        _ => None,
+    }
+}
+
+impl Call {
+    fn eval<'a>(&'a self, doc: &'a InputDoc<'a>) -> Option<Val<'a>> {
+        let strings = |a: &'a Term, b: &'a Term| -> Option<(Val<'a>, Val<'a>)> {
+            let (x, y) = (a.eval(doc)?, b.eval(doc)?);
+            (x.as_str().is_some() && y.as_str().is_some()).then_some((x, y))
+        };
+        match self {
+            Call::StartsWith(a, b) => {
+                let (x, y) = strings(a, b)?;
+                Some(Val::Bool(x.as_str()?.starts_with(y.as_str()?)))
+            }
+            Call::EndsWith(a, b) => {
+                let (x, y) = strings(a, b)?;
+                Some(Val::Bool(x.as_str()?.ends_with(y.as_str()?)))
+            }
+            Call::Contains(a, b) => {
+                let (x, y) = strings(a, b)?;
+                Some(Val::Bool(x.as_str()?.contains(y.as_str()?)))
+            }
+            Call::RegexMatch(re, t) => {
+                let v = t.eval(doc)?;
+                Some(Val::Bool(re.is_match(v.as_str()?)))
+            }
+            Call::Count(t) => {
+                let n = t.eval(doc)?.count()?;
+                Some(Val::Num(Num::Int(n as i128)))
+            }
+            Call::Lower(t) => Some(Val::Str(Cow::Owned(t.eval(doc)?.as_str()?.to_lowercase()))),
+            Call::Upper(t) => Some(Val::Str(Cow::Owned(t.eval(doc)?.as_str()?.to_uppercase()))),
+        }
+    }
+}
+
+impl Cond {
+    pub(crate) fn holds(&self, doc: &InputDoc<'_>) -> bool {
+        match self {
+            Cond::Cmp(op, l, r) => {
+                let (Some(a), Some(b)) = (l.eval(doc), r.eval(doc)) else {
+                    return false;
+                };
+                let o = a.cmp(&b);
+                match op {
+                    CmpOp::Eq => o.is_eq(),
+                    CmpOp::Ne => o.is_ne(),
+                    CmpOp::Lt => o.is_lt(),
+                    CmpOp::Le => o.is_le(),
+                    CmpOp::Gt => o.is_gt(),
+                    CmpOp::Ge => o.is_ge(),
+                }
+            }
+            Cond::Member(item, coll) => {
+                let (Some(x), Some(c)) = (item.eval(doc), coll.eval(doc)) else {
+                    return false;
+                };
+                c.contains_member(&x).unwrap_or(false)
+            }
+            Cond::Truthy(t) => t.eval(doc).is_some_and(|v| v.is_truthy()),
+            Cond::Defined(t) => t.eval(doc).is_some(),
+            Cond::Not(c) => !c.holds(doc),
+            Cond::AnyOf(bodies) => bodies.iter().any(|b| b.holds(doc)),
+        }
+    }
+}
+
+impl Body {
+    pub(crate) fn holds(&self, doc: &InputDoc<'_>) -> bool {
+        self.0.iter().all(|c| c.holds(doc))
+    }
+}
+
+impl Output {
+    /// Evaluates the rule: `Ok(None)` when undefined.
+    pub(crate) fn eval<'a>(&'a self, doc: &'a InputDoc<'a>) -> Result<Option<Val<'a>>, Conflict> {
+        let mut found: Option<Val<'a>> = None;
+        for def in &self.definitions {
+            let Some(v) = def
+                .alternatives
+                .iter()
+                .find(|(body, _)| body.holds(doc))
+                .and_then(|(_, value)| value.eval(doc))
+            else {
+                continue;
+            };
+            match &found {
+                Some(prev) if !prev.equals(&v) => return Err(Conflict),
+                Some(_) => {}
+                None => found = Some(v),
+            }
+        }
+        match found {
+            Some(v) => Ok(Some(v)),
+            None => Ok(self.default.as_ref().and_then(|d| d.eval(doc))),
+        }
+    }
+
+    /// The string literals `input.<root>` must equal for the rule to be
+    /// defined, when every alternative of every definition pins it.
+    pub(crate) fn required_literals(&self, root: Root) -> Option<Vec<String>> {
+        if self.default.is_some() || self.definitions.is_empty() {
+            return None;
+        }
+        let mut all = Vec::new();
+        for def in &self.definitions {
+            for (body, _) in &def.alternatives {
+                all.extend(body.0.iter().find_map(|c| c.pinned_literals(root))?);
+            }
+        }
+        all.sort();
+        all.dedup();
+        Some(all)
+    }
+}
+
+impl Cond {
+    /// `input.<root> == "lit"` or `input.<root> in {"a", "b"}`: the literals.
+    fn pinned_literals(&self, root: Root) -> Option<Vec<String>> {
+        let is_root = |t: &Term| matches!(t, Term::Path { root: r, segs } if *r == root && segs.is_empty());
+        let strings = |items: &[Value]| {
+            items
+                .iter()
+                .map(|v| v.as_str().map(str::to_owned))
+                .collect::<Option<Vec<_>>>()
+        };
+        match self {
+            Cond::Cmp(CmpOp::Eq, a, Term::Const(Value::String(s)))
+            | Cond::Cmp(CmpOp::Eq, Term::Const(Value::String(s)), a)
+                if is_root(a) =>
+            {
+                Some(vec![s.clone()])
+            }
+            Cond::Member(a, Term::Set(items)) if is_root(a) => strings(items),
+            Cond::Member(a, Term::Const(Value::Array(items))) if is_root(a) => strings(items),
+            _ => None,
+        }
+    }
+}
+
+/// Renders a native value as JSON (for outputs such as `redactions`).
+pub(crate) fn to_json(v: &Val<'_>) -> Value {
+    match v {
+        Val::Null => Value::Null,
+        Val::Bool(b) => Value::Bool(*b),
+        Val::Num(Num::Int(i)) => i64::try_from(*i)
+            .map(Value::from)
+            .unwrap_or_else(|_| Value::from(*i as f64)),
+        Val::Num(Num::Float(f)) => serde_json::Number::from_f64(*f)
+            .map(Value::Number)
+            .unwrap_or(Value::Null),
+        Val::Str(s) => Value::String(s.to_string()),
+        Val::Array(a) | Val::Set(a) => Value::Array(a.to_vec()),
+        Val::Object(o) => Value::Object((*o).clone()),
+    }
+}
