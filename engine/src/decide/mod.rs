@@ -188,7 +188,11 @@ impl PolicySet {
                 Err(e) => return evaluation_failed(Facet::Retrieval, rule, &e.0).in_mode(mode),
             }
         }
-        let mut v = Verdict::new(Facet::Retrieval, Decision::Deny, "no retrieval rule matched");
+        let mut v = Verdict::new(
+            Facet::Retrieval,
+            Decision::Deny,
+            "no retrieval rule matched",
+        );
         v.reason_code = Some(ReasonCode::DefaultDeny);
         v.in_mode(mode)
     }
@@ -233,7 +237,10 @@ impl PolicySet {
         let lists = [
             self.action.unscoped.as_slice(),
             self.action.by_app.get(app).map_or(empty, Vec::as_slice),
-            self.action.by_action.get(action).map_or(empty, Vec::as_slice),
+            self.action
+                .by_action
+                .get(action)
+                .map_or(empty, Vec::as_slice),
         ];
         Merge { lists, pos: [0; 3] }
     }
@@ -254,7 +261,10 @@ impl PolicySet {
             Decision::Mask if usable => v.redactions = m.redactions,
             Decision::Mask => {
                 v.decision = Decision::Deny;
-                v.reason = format!("{} (mask rule has no usable redaction directives)", v.reason);
+                v.reason = format!(
+                    "{} (mask rule has no usable redaction directives)",
+                    v.reason
+                );
             }
             Decision::ApprovalRequired => {
                 let fallback = match m.hitl_fallback.unwrap_or_default() {
@@ -330,10 +340,16 @@ impl PolicySet {
             Decision::Redact if usable => v.redactions = m.redactions,
             Decision::Redact if m.fail_closed => {
                 v.decision = Decision::Deny;
-                v.reason = format!("{} (fail-closed redact with no usable directives)", v.reason);
+                v.reason = format!(
+                    "{} (fail-closed redact with no usable directives)",
+                    v.reason
+                );
             }
             Decision::Redact => {
-                v.reason = format!("{} (no usable directives: content passes unchanged)", v.reason);
+                v.reason = format!(
+                    "{} (no usable directives: content passes unchanged)",
+                    v.reason
+                );
             }
             Decision::Escalate => {
                 v.hitl_fallback = Some(match m.hitl_fallback.unwrap_or_default() {

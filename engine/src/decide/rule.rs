@@ -47,7 +47,10 @@ impl CompiledRule {
     }
 
     /// Compiles a bundle rule with a chosen strategy.
-    pub fn compile_with(rule: &BundleRule, strategy: Strategy) -> Result<CompiledRule, CompileError> {
+    pub fn compile_with(
+        rule: &BundleRule,
+        strategy: Strategy,
+    ) -> Result<CompiledRule, CompileError> {
         let policy = Policy::compile_with(&rule.rego_source, &rule.applies_to, strategy)?;
         Ok(CompiledRule {
             id: rule.id,
@@ -85,7 +88,10 @@ impl CompiledRule {
     /// The action-facet pre-filters (DESIGN §4): skip without evaluating.
     pub(crate) fn passes_prefilters(&self, target_app: &str, action: &str) -> bool {
         self.target_app.as_deref().is_none_or(|t| t == target_app)
-            && self.action_pattern.as_ref().is_none_or(|g| g.matches(action))
+            && self
+                .action_pattern
+                .as_ref()
+                .is_none_or(|g| g.matches(action))
     }
 }
 

@@ -94,7 +94,11 @@ impl Verdict {
                 self
             }
             AgentMode::Off => {
-                let mut v = Verdict::new(self.facet, pass_word(self.facet), "agent mode is off: not evaluated");
+                let mut v = Verdict::new(
+                    self.facet,
+                    pass_word(self.facet),
+                    "agent mode is off: not evaluated",
+                );
                 v.agent_mode = AgentMode::Off;
                 v.enforced = false;
                 v.evaluated = false;

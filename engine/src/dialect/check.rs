@@ -46,7 +46,12 @@ pub(crate) fn check(
     for value in output_values(table.get("hitl_fallback"), "hitl_fallback")? {
         match value {
             Some(e) if matches!(string_literal(e), Some("deny" | "mask")) => {}
-            _ => return Err(at(value, "hitl_fallback must be the literal \"deny\" or \"mask\"")),
+            _ => {
+                return Err(at(
+                    value,
+                    "hitl_fallback must be the literal \"deny\" or \"mask\"",
+                ));
+            }
         }
     }
     for value in output_values(table.get("fail_closed"), "fail_closed")? {
@@ -79,13 +84,22 @@ pub(crate) fn check(
 }
 
 /// Every value expression of a complete rule (`None` = the implicit `true`).
-fn output_values<'m>(rules: &[&'m Rule], name: &str) -> Result<Vec<Option<&'m Expr>>, CompileError> {
+fn output_values<'m>(
+    rules: &[&'m Rule],
+    name: &str,
+) -> Result<Vec<Option<&'m Expr>>, CompileError> {
     let mut values = Vec::new();
     for rule in rules {
         match rule {
-            Rule::Default { value, args, span, .. } => {
+            Rule::Default {
+                value, args, span, ..
+            } => {
                 if !args.is_empty() {
-                    return Err(CompileError::at(span.line, span.col, format!("`{name}` cannot be a function")));
+                    return Err(CompileError::at(
+                        span.line,
+                        span.col,
+                        format!("`{name}` cannot be a function"),
+                    ));
                 }
                 values.push(Some(value.as_ref()));
             }
@@ -112,7 +126,10 @@ fn output_values<'m>(rules: &[&'m Rule], name: &str) -> Result<Vec<Option<&'m Ex
 
 fn decision_literal(value: Option<&Expr>, facets: &[Facet]) -> Result<Decision, CompileError> {
     let Some(word) = value.and_then(string_literal) else {
-        return Err(at(value, "decision must be a string literal such as \"deny\""));
+        return Err(at(
+            value,
+            "decision must be a string literal such as \"deny\"",
+        ));
     };
     let Some(decision) = Decision::parse(word) else {
         return Err(at(value, format!("unknown decision \"{word}\"")));

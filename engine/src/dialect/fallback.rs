@@ -10,7 +10,9 @@ use regorus::{Engine, PolicyLengthConfig, Value};
 use thread_local::ThreadLocal;
 
 use super::lower::RuleTable;
-use super::{CompileError, EvalError, MAX_COLUMN, MAX_LINES, OUTPUT_NAMES, RawOutputs, SOURCE_NAME};
+use super::{
+    CompileError, EvalError, MAX_COLUMN, MAX_LINES, OUTPUT_NAMES, RawOutputs, SOURCE_NAME,
+};
 use crate::input::InputDoc;
 
 pub(crate) struct RegoProgram {
@@ -21,7 +23,10 @@ pub(crate) struct RegoProgram {
 }
 
 impl RegoProgram {
-    pub(crate) fn prepare(source: &str, table: &RuleTable<'_>) -> Result<RegoProgram, CompileError> {
+    pub(crate) fn prepare(
+        source: &str,
+        table: &RuleTable<'_>,
+    ) -> Result<RegoProgram, CompileError> {
         let mut engine = Engine::new();
         engine.set_policy_length_config(PolicyLengthConfig {
             max_col: MAX_COLUMN,
@@ -36,7 +41,9 @@ impl RegoProgram {
         let queries = OUTPUT_NAMES
             .map(|name| (!table.get(name).is_empty()).then(|| format!("{package}.{name}")));
         engine.set_input(Value::new_object());
-        let decision = queries[0].clone().expect("checked: the module defines decision");
+        let decision = queries[0]
+            .clone()
+            .expect("checked: the module defines decision");
         engine
             .eval_rule(decision)
             .map_err(|e| CompileError::from_regorus(&e))?;

@@ -171,7 +171,9 @@ impl Lowerer<'_, '_> {
             Literal::NotExpr { expr, .. } => {
                 // Bindings made under `not` do not escape it.
                 let mut inner = scope.clone();
-                Ok(Cond::Not(Box::new(self.expr_stmt(expr, &mut inner, depth)?)))
+                Ok(Cond::Not(Box::new(
+                    self.expr_stmt(expr, &mut inner, depth)?,
+                )))
             }
             Literal::SomeVars { .. } | Literal::SomeIn { .. } => unsupported("`some`"),
             Literal::Every { .. } => unsupported("`every`"),

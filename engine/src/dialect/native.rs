@@ -23,7 +23,10 @@ pub(crate) enum Seg {
 /// A value-producing expression.
 #[derive(Debug, Clone)]
 pub(crate) enum Term {
-    Path { root: Root, segs: Box<[Seg]> },
+    Path {
+        root: Root,
+        segs: Box<[Seg]>,
+    },
     Const(Value),
     /// A set literal, sorted and deduplicated.
     Set(Vec<Value>),
@@ -232,7 +235,8 @@ impl Output {
 impl Cond {
     /// `input.<root> == "lit"` or `input.<root> in {"a", "b"}`: the literals.
     fn pinned_literals(&self, root: Root) -> Option<Vec<String>> {
-        let is_root = |t: &Term| matches!(t, Term::Path { root: r, segs } if *r == root && segs.is_empty());
+        let is_root =
+            |t: &Term| matches!(t, Term::Path { root: r, segs } if *r == root && segs.is_empty());
         let strings = |items: &[Value]| {
             items
                 .iter()

@@ -190,7 +190,14 @@ mod tests {
 
     #[test]
     fn types_order_like_regorus() {
-        let vals = [json!(null), json!(true), json!(0), json!("a"), json!([1]), json!({})];
+        let vals = [
+            json!(null),
+            json!(true),
+            json!(0),
+            json!("a"),
+            json!([1]),
+            json!({}),
+        ];
         for w in vals.windows(2) {
             assert_eq!(Val::of(&w[0]).cmp(&Val::of(&w[1])), Ordering::Less, "{w:?}");
         }

@@ -12,10 +12,11 @@ pub use agent::{
     NoCoverageSettings, NoCoverageValue, resolve_mode,
 };
 pub use bundle::{
-    ActionBundle, ActionBundleRule, BundleRule, RetrievalBundle, RetrievalBundleRule,
-    UnifiedBundle,
+    ActionBundle, ActionBundleRule, BundleRule, RetrievalBundle, RetrievalBundleRule, UnifiedBundle,
 };
-pub use request::{ActionInput, DELEGATE_ACTION, DelegationContext, DelegationInput, RetrievalInput};
+pub use request::{
+    ActionInput, DELEGATE_ACTION, DelegationContext, DelegationInput, RetrievalInput,
+};
 pub use rule::{Bypass, MaskMode, RedactionDirective, Rule};
 pub use telemetry::{
     EvaluationMode, TELEMETRY_BATCH_MAX, TELEMETRY_CONTEXT_MAX_BYTES, TelemetryItem,

@@ -125,6 +125,10 @@ pub struct RedactionDirective {
     #[serde(default, rename = "maskChar", skip_serializing_if = "Option::is_none")]
     pub mask_char: Option<String>,
     /// Pattern whose matches are kept in `custom` mode.
-    #[serde(default, rename = "keepPattern", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "keepPattern",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub keep_pattern: Option<String>,
 }

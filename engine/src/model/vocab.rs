@@ -329,7 +329,10 @@ mod tests {
         let mut all = Decision::ALL.to_vec();
         all.sort_by_key(|d| std::cmp::Reverse(d.restrictiveness()));
         assert_eq!(all[0], Decision::Deny);
-        assert_eq!(Decision::Allow.restrictiveness(), Decision::Permit.restrictiveness());
+        assert_eq!(
+            Decision::Allow.restrictiveness(),
+            Decision::Permit.restrictiveness()
+        );
         assert!(Decision::Escalate.restrictiveness() > Decision::Mask.restrictiveness());
         assert!(Decision::Mask.restrictiveness() > Decision::Redact.restrictiveness());
     }

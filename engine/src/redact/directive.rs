@@ -109,7 +109,12 @@ impl RedactionSet {
         Ok(count)
     }
 
-    fn walk(&self, value: &mut Value, depth: usize, count: &mut usize) -> Result<(), RedactionError> {
+    fn walk(
+        &self,
+        value: &mut Value,
+        depth: usize,
+        count: &mut usize,
+    ) -> Result<(), RedactionError> {
         if depth > MAX_DEPTH {
             return Err(RedactionError::TooDeep);
         }
@@ -156,7 +161,12 @@ impl RedactionSet {
 }
 
 /// Masks every scalar under `value` as a whole.
-fn mask_all(value: &mut Value, m: &Masker, depth: usize, count: &mut usize) -> Result<(), RedactionError> {
+fn mask_all(
+    value: &mut Value,
+    m: &Masker,
+    depth: usize,
+    count: &mut usize,
+) -> Result<(), RedactionError> {
     if depth > MAX_DEPTH {
         return Err(RedactionError::TooDeep);
     }
@@ -347,7 +357,10 @@ mod tests {
             RedactionSet::from_json(json!([{"field": "x", "maskChar": "ab"}])),
             Err(RedactionError::MaskChar(0))
         ));
-        assert!(matches!(RedactionSet::from_json(json!({"field": "x"})), Err(RedactionError::Shape(_))));
+        assert!(matches!(
+            RedactionSet::from_json(json!({"field": "x"})),
+            Err(RedactionError::Shape(_))
+        ));
     }
 
     #[test]

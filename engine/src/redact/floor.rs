@@ -80,7 +80,7 @@ impl Detector {
             Detector::CardNumber => r"\b[0-9](?:[ -]?[0-9]){12,18}\b",
             Detector::UsSsn => r"\b[0-9]{3}-[0-9]{2}-[0-9]{4}\b",
             Detector::Phone => {
-                r"(?:\+[0-9]{1,3}[ .-]?)?(?:\([0-9]{2,4}\)|\b[0-9]{2,4})[ .-][0-9]{3,4}[ .-][0-9]{3,4}\b"
+                r"\+[0-9]{1,3}[ .-]?(?:\([0-9]{1,4}\)|[0-9]{1,4})(?:[ .-]?[0-9]{2,4}){2,4}\b|(?:\(\b[0-9]{3}\)|\b[0-9]{3})[ .-]?[0-9]{3}[ .-][0-9]{4}\b"
             }
         }
     }
@@ -267,12 +267,20 @@ mod tests {
             ("card 4111 1111 1111 1111", "card_number"),
             ("ssn 123-45-6789", "us_ssn"),
             ("call +1 415-555-0142", "phone"),
+            ("call (415) 555-0142", "phone"),
+            ("call 415.555.0142", "phone"),
             ("iban GB82 WEST 1234 5698 7654 32", "iban"),
-            ("tok eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.abcdefghij", "jwt"),
+            (
+                "tok eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.abcdefghij",
+                "jwt",
+            ),
             ("key sk-proj-abcdefghijklmnopqrstuvwx", "secret_key"),
             ("aws AKIAIOSFODNN7EXAMPLE", "secret_key"),
             ("gh ghp_abcdefghijklmnopqrstuvwxyz0123456789", "secret_key"),
-            ("-----BEGIN RSA PRIVATE KEY-----\nMIIB\n-----END RSA PRIVATE KEY-----", "private_key"),
+            (
+                "-----BEGIN RSA PRIVATE KEY-----\nMIIB\n-----END RSA PRIVATE KEY-----",
+                "private_key",
+            ),
         ];
         for (text, detector) in cases {
             let (out, names) = masked(text);
@@ -283,7 +291,12 @@ mod tests {
 
     #[test]
     fn lookalikes_that_fail_their_checks_are_kept() {
-        for text in ["order 4111 1111 1111 1112", "id 000-12-3456", "GB00 WEST 1234 5698 7654 32", "plain words"] {
+        for text in [
+            "order 4111 1111 1111 1112",
+            "id 000-12-3456",
+            "GB00 WEST 1234 5698 7654 32",
+            "plain words",
+        ] {
             let (out, names) = masked(text);
             assert!(names.is_empty(), "{text} -> {out} {names:?}");
             assert_eq!(out, text);
@@ -292,7 +305,8 @@ mod tests {
 
     #[test]
     fn floor_walks_json_and_is_idempotent() {
-        let mut v = json!({"a": ["x jane@example.com"], "n": 4111111111111111_u64, "b": {"k": "ok"}});
+        let mut v =
+            json!({"a": ["x jane@example.com"], "n": 4111111111111111_u64, "b": {"k": "ok"}});
         let mut r = FloorReport::default();
         apply(&mut v, &mut r).unwrap();
         let once = v.clone();
