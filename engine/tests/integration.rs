@@ -1,1 +1,3 @@
-//! Engine integration tests.
+//! The engine's integration tests: one binary, one module per concern.
+
+mod engine;

@@ -1,0 +1,4 @@
+mod cases;
+mod client;
+mod differential;
+mod properties;
