@@ -270,8 +270,11 @@ pub fn parse(json: &[u8]) -> Result<UnifiedBundle, BundleError> {
 /// the rule's content, so that an unchanged rule is compiled once.
 #[derive(Debug, Default)]
 pub struct RuleCache {
-    compiled: Mutex<HashMap<(Uuid, [u8; 32]), Arc<CompiledRule>>>,
+    compiled: Mutex<CacheMap>,
 }
+
+/// Compiled rules by rule id and content hash.
+type CacheMap = HashMap<(Uuid, [u8; 32]), Arc<CompiledRule>>;
 
 impl RuleCache {
     /// An empty cache.
@@ -297,7 +300,7 @@ impl RuleCache {
             .retain(|_, c| rules.iter().any(|r| Arc::ptr_eq(r, c)));
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(Uuid, [u8; 32]), Arc<CompiledRule>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, CacheMap> {
         // A panic while holding the lock cannot leave the map inconsistent.
         self.compiled.lock().unwrap_or_else(|p| p.into_inner())
     }

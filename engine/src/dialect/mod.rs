@@ -122,7 +122,7 @@ pub struct Policy {
 
 enum Program {
     Native(Box<lower::NativeOutputs>),
-    Rego(fallback::RegoProgram),
+    Rego(Box<fallback::RegoProgram>),
 }
 
 impl std::fmt::Debug for Policy {
@@ -177,9 +177,9 @@ impl Policy {
         let program = match strategy {
             Strategy::PreferNative => match lower::lower_module(&table) {
                 Ok(outputs) => Program::Native(Box::new(outputs)),
-                Err(_) => Program::Rego(rego),
+                Err(_) => Program::Rego(Box::new(rego)),
             },
-            Strategy::RegorusOnly => Program::Rego(rego),
+            Strategy::RegorusOnly => Program::Rego(Box::new(rego)),
         };
         Ok(Policy {
             effect: checked.effect,

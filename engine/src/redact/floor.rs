@@ -218,7 +218,7 @@ fn luhn_valid(text: &str) -> bool {
             }
         })
         .sum();
-    sum % 10 == 0
+    sum.is_multiple_of(10)
 }
 
 fn iban_valid(text: &str) -> bool {
