@@ -5,6 +5,8 @@
 //! Both must describe the same document: a field that is `None` is absent
 //! (undefined) in both.
 
+use std::cell::OnceCell;
+
 use serde_json::{Map, Value, json};
 
 use crate::dialect::value::Val;
@@ -76,8 +78,15 @@ impl AgentDoc {
     }
 }
 
-/// One governed event as the `input` document.
-pub(crate) enum InputDoc<'a> {
+/// One governed event as the `input` document, with its regorus form made at
+/// most once per decision (only if a fallback rule asks for it).
+pub(crate) struct InputDoc<'a> {
+    view: View<'a>,
+    regorus: OnceCell<regorus::Value>,
+}
+
+/// The request an `input` document describes.
+pub(crate) enum View<'a> {
     Action {
         input: &'a ActionInput,
         agent: &'a AgentDoc,
@@ -96,11 +105,24 @@ pub(crate) enum InputDoc<'a> {
 }
 
 impl<'a> InputDoc<'a> {
+    pub(crate) fn new(view: View<'a>) -> InputDoc<'a> {
+        InputDoc {
+            view,
+            regorus: OnceCell::new(),
+        }
+    }
+
+    /// The document as a regorus value, converted on first use.
+    pub(crate) fn regorus_value(&self) -> &regorus::Value {
+        self.regorus
+            .get_or_init(|| regorus::Value::from(self.to_json()))
+    }
+
     pub(crate) fn facet(&self) -> Facet {
-        match self {
-            InputDoc::Action { .. } => Facet::Action,
-            InputDoc::Retrieval { .. } => Facet::Retrieval,
-            InputDoc::Delegation { .. } => Facet::Delegation,
+        match self.view {
+            View::Action { .. } => Facet::Action,
+            View::Retrieval { .. } => Facet::Retrieval,
+            View::Delegation { .. } => Facet::Delegation,
         }
     }
 
@@ -109,8 +131,8 @@ impl<'a> InputDoc<'a> {
         if root == Root::Facet {
             return Some(Val::str(self.facet().as_str()));
         }
-        match self {
-            InputDoc::Action { input, agent } => match root {
+        match &self.view {
+            View::Action { input, agent } => match root {
                 Root::AgentId => Some(Val::str(&input.agent_id)),
                 Root::TargetApp => Some(Val::str(&input.target_app)),
                 Root::Action => Some(Val::str(&input.action)),
@@ -118,7 +140,7 @@ impl<'a> InputDoc<'a> {
                 Root::Agent => Some(Val::of(&agent.0)),
                 _ => None,
             },
-            InputDoc::Retrieval {
+            View::Retrieval {
                 input,
                 agent,
                 trust_tier,
@@ -133,7 +155,7 @@ impl<'a> InputDoc<'a> {
                 Root::Agent => Some(Val::of(&agent.0)),
                 _ => None,
             },
-            InputDoc::Delegation {
+            View::Delegation {
                 input,
                 context,
                 agent,
@@ -152,15 +174,15 @@ impl<'a> InputDoc<'a> {
     pub(crate) fn to_json(&self) -> Value {
         let mut m = Map::new();
         m.insert("facet".into(), json!(self.facet()));
-        match self {
-            InputDoc::Action { input, agent } => {
+        match &self.view {
+            View::Action { input, agent } => {
                 m.insert("agent_id".into(), json!(input.agent_id));
                 m.insert("target_app".into(), json!(input.target_app));
                 m.insert("action".into(), json!(input.action));
                 m.insert("context".into(), input.context.clone());
                 m.insert("agent".into(), agent.0.clone());
             }
-            InputDoc::Retrieval {
+            View::Retrieval {
                 input,
                 agent,
                 trust_tier,
@@ -180,7 +202,7 @@ impl<'a> InputDoc<'a> {
                 }
                 m.insert("agent".into(), agent.0.clone());
             }
-            InputDoc::Delegation {
+            View::Delegation {
                 input,
                 context,
                 agent,

@@ -19,7 +19,7 @@ pub use verdict::{RuleHit, UnifiedVerdict, Verdict};
 
 use crate::classify::classify;
 use crate::dialect::Matched;
-use crate::input::{AgentDoc, InputDoc};
+use crate::input::{AgentDoc, InputDoc, View};
 use crate::model::{
     ActionInput, AgentAttributes, AgentMode, AgentNoCoverage, DELEGATE_ACTION, Decision,
     DelegationInput, Facet, HitlFallback, ModeByOperation, NoCoverageSettings, NoCoverageValue,
@@ -135,10 +135,10 @@ impl PolicySet {
         if mode == AgentMode::Off {
             return Verdict::new(Facet::Action, Decision::Permit, "").in_mode(mode);
         }
-        let doc = InputDoc::Action {
+        let doc = InputDoc::new(View::Action {
             input,
             agent: &self.agent_doc,
-        };
+        });
         let candidates = self.action_candidates(&input.target_app, &input.action);
         for i in candidates {
             let rule = &self.rules[i as usize];
@@ -162,11 +162,11 @@ impl PolicySet {
         }
         let assigned = self.agent.attributes.trust_tier.as_deref();
         let tier = assigned.or(input.trust_tier.as_deref());
-        let doc = InputDoc::Retrieval {
+        let doc = InputDoc::new(View::Retrieval {
             input,
             agent: &self.agent_doc,
             trust_tier: tier,
-        };
+        });
         for &i in &self.retrieval {
             let rule = &self.rules[i as usize];
             if rule.bypass.is_in_force(now) {
@@ -205,11 +205,11 @@ impl PolicySet {
             return Verdict::new(Facet::Delegation, Decision::Permit, "").in_mode(mode);
         }
         let context = serde_json::to_value(&input.context).unwrap_or_default();
-        let doc = InputDoc::Delegation {
+        let doc = InputDoc::new(View::Delegation {
             input,
             context,
             agent: &self.agent_doc,
-        };
+        });
         for &i in &self.delegation {
             let rule = &self.rules[i as usize];
             if !rule.passes_prefilters(&input.target_app, DELEGATE_ACTION) {

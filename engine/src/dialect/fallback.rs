@@ -40,12 +40,15 @@ impl RegoProgram {
             .map_err(|e| CompileError::from_regorus(&e))?;
         let queries = OUTPUT_NAMES
             .map(|name| (!table.get(name).is_empty()).then(|| format!("{package}.{name}")));
-        engine.set_input(Value::new_object());
+        // Prepare (semantic analysis: unsafe variables, unknown functions, rule
+        // conflicts that hold for every input) without evaluating: an output
+        // conflict that depends on the input is a run-time matter, not a
+        // compile error.
         let decision = queries[0]
             .clone()
             .expect("checked: the module defines decision");
         engine
-            .eval_rule(decision)
+            .compile_with_entrypoint(&decision.as_str().into())
             .map_err(|e| CompileError::from_regorus(&e))?;
         Ok(RegoProgram {
             template: engine,
@@ -59,7 +62,7 @@ impl RegoProgram {
             .per_thread
             .get_or(|| RefCell::new(self.template.clone()));
         let mut engine = cell.borrow_mut();
-        engine.set_input(Value::from(doc.to_json()));
+        engine.set_input(doc.regorus_value().clone());
         let mut eval = |i: usize| -> Result<Option<serde_json::Value>, EvalError> {
             let Some(query) = &self.queries[i] else {
                 return Ok(None);
