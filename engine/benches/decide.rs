@@ -7,6 +7,8 @@
 //! - `nothing_matches`: the worst case. No rule has a `target_app` or literal
 //!   action, so every rule passes the pre-filters and is evaluated, and none
 //!   matches (each compares two context fields to values the request lacks).
+//! - `nothing_matches_unindexed`: the same, but with conditions no index can
+//!   use (`startswith`, `>`), so every rule is evaluated on every request.
 //! - `typical_mix`: rules scoped by app and literal actions, globs and a few
 //!   unscoped rules; the request matches one rule near the end of its app.
 //! - `threads`: 10,000 worst-case decisions on one thread vs split over two.
@@ -60,6 +62,20 @@ fn worst_case_rules(n: usize) -> Vec<BundleRule> {
                 "package bench.r{i}\ndecision := \"deny\" if {{\n  input.context.f{f} == \"absent-{i}\"\n  input.context.f{g} == \"v{g}\"\n}}",
                 f = i % 40,
                 g = (i + 1) % 40
+            );
+            bundle_rule(i, rego, None, None)
+        })
+        .collect()
+}
+
+/// Rules no index can place (prefix tests and numeric bounds): every one is
+/// evaluated on every request, and none matches.
+fn unindexable_rules(n: usize) -> Vec<BundleRule> {
+    (0..n)
+        .map(|i| {
+            let rego = format!(
+                "package bench.u{i}\ndecision := \"deny\" if {{\n  startswith(input.context.f{f}, \"zz{i}\")\n  input.context.amount > {i}\n}}",
+                f = i % 40
             );
             bundle_rule(i, rego, None, None)
         })
@@ -177,6 +193,30 @@ fn nothing_matches(c: &mut Criterion) {
     g.finish();
 }
 
+fn nothing_matches_unindexed(c: &mut Criterion) {
+    let mut g = c.benchmark_group("nothing_matches_unindexed");
+    let req = request("billing", "update_invoice");
+    for n in SIZES {
+        let rules = unindexable_rules(n);
+        let native = policy(&rules, Strategy::PreferNative);
+        assert!(native.rules().iter().all(|r| r.is_native()));
+        assert_eq!(
+            native.decide_action(&req).rule_code.as_deref(),
+            Some("D-WRITE-ALLOW")
+        );
+        g.bench_with_input(BenchmarkId::new("warden", n), &n, |b, _| {
+            b.iter(|| black_box(native.decide_action(black_box(&req))))
+        });
+        if n <= 100 {
+            let rego = policy(&rules, Strategy::RegorusOnly);
+            g.bench_with_input(BenchmarkId::new("regorus", n), &n, |b, _| {
+                b.iter(|| black_box(rego.decide_action(black_box(&req))))
+            });
+        }
+    }
+    g.finish();
+}
+
 fn typical_mix(c: &mut Criterion) {
     let mut g = c.benchmark_group("typical_mix");
     for n in SIZES {
@@ -231,6 +271,6 @@ fn threads(c: &mut Criterion) {
 criterion_group! {
     name = benches;
     config = Criterion::default().warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3));
-    targets = nothing_matches, typical_mix, threads
+    targets = nothing_matches, nothing_matches_unindexed, typical_mix, threads
 }
 criterion_main!(benches);

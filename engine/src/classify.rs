@@ -63,46 +63,60 @@ const WRITE: &[&str] = &[
 
 /// The class of `action`.
 pub fn classify(action: &str) -> ActionClass {
-    words(action)
-        .find_map(|w| {
-            let w = w.to_ascii_lowercase();
-            let w = w.as_str();
-            if READ.contains(&w) {
-                Some(ActionClass::Read)
-            } else if DELETE.contains(&w) {
-                Some(ActionClass::Delete)
-            } else if ADMIN.contains(&w) {
-                Some(ActionClass::Admin)
-            } else if WRITE.contains(&w) {
-                Some(ActionClass::Write)
-            } else {
-                None
-            }
-        })
-        .unwrap_or(ActionClass::Write)
+    let mut found = None;
+    for_each_word(action, |word| {
+        found = verb_class(word);
+        found.is_some()
+    });
+    found.unwrap_or(ActionClass::Write)
 }
 
-/// Splits an identifier into words at separators and camelCase boundaries.
-fn words(s: &str) -> impl Iterator<Item = &str> {
+fn verb_class(word: &str) -> Option<ActionClass> {
+    // Verbs are short: lower-case into a stack buffer instead of allocating.
+    let mut buf = [0u8; 16];
+    let bytes = word.as_bytes();
+    if bytes.len() > buf.len() {
+        return None;
+    }
+    for (b, w) in buf.iter_mut().zip(bytes) {
+        *b = w.to_ascii_lowercase();
+    }
+    let w = std::str::from_utf8(&buf[..bytes.len()]).ok()?;
+    [
+        (READ, ActionClass::Read),
+        (DELETE, ActionClass::Delete),
+        (ADMIN, ActionClass::Admin),
+        (WRITE, ActionClass::Write),
+    ]
+    .into_iter()
+    .find(|(list, _)| list.contains(&w))
+    .map(|(_, class)| class)
+}
+
+/// Calls `f` on each word of an identifier (split at separators and camelCase
+/// boundaries) until it returns true.
+fn for_each_word(s: &str, mut f: impl FnMut(&str) -> bool) {
     let bytes = s.as_bytes();
-    let mut out = Vec::new();
     let mut start = 0;
     for i in 0..bytes.len() {
         let b = bytes[i];
-        if !b.is_ascii_alphanumeric() {
-            if start < i {
-                out.push(&s[start..i]);
-            }
-            start = i + 1;
+        let boundary = if !b.is_ascii_alphanumeric() {
+            Some((i, i + 1))
         } else if i > start && b.is_ascii_uppercase() && bytes[i - 1].is_ascii_lowercase() {
-            out.push(&s[start..i]);
-            start = i;
+            Some((i, i))
+        } else {
+            None
+        };
+        if let Some((end, next)) = boundary {
+            if start < end && f(&s[start..end]) {
+                return;
+            }
+            start = next;
         }
     }
     if start < s.len() {
-        out.push(&s[start..]);
+        f(&s[start..]);
     }
-    out.into_iter()
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ use crate::model::{
 };
 
 /// The top-level fields of `input`, resolved once at compile time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Root {
     Facet,
     AgentId,

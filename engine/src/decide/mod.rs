@@ -18,12 +18,16 @@ pub(crate) use rule::TierRequirement;
 pub use verdict::{RuleHit, UnifiedVerdict, Verdict};
 
 use crate::classify::classify;
+use serde_json::Value;
+
 use crate::dialect::Matched;
+use crate::dialect::native::Term;
+use crate::dialect::value::Val;
 use crate::input::{AgentDoc, InputDoc, View};
 use crate::model::{
-    ActionInput, AgentAttributes, AgentMode, AgentNoCoverage, DELEGATE_ACTION, Decision,
-    DelegationInput, Facet, HitlFallback, ModeByOperation, NoCoverageSettings, NoCoverageValue,
-    ReasonCode, RetrievalInput, TrustTier,
+    ActionClass, ActionInput, AgentAttributes, AgentMode, AgentNoCoverage, DELEGATE_ACTION,
+    Decision, DelegationInput, Facet, HitlFallback, ModeByOperation, NoCoverageSettings,
+    NoCoverageValue, ReasonCode, RetrievalInput, TrustTier,
 };
 
 /// The agent a policy set governs.
@@ -39,15 +43,64 @@ pub struct AgentContext {
     pub attributes: AgentAttributes,
 }
 
-/// Rules of one facet in cascade order, indexed for the action facet.
+/// Action rules in cascade order, indexed so that most are never evaluated.
 #[derive(Debug, Default)]
 struct FacetRules {
     /// Rules no index can place: always candidates.
     unscoped: Vec<u32>,
-    /// Rules that only match one `target_app`.
+    /// Rules that only match one `target_app` (and pin no path).
     by_app: HashMap<String, Vec<u32>>,
-    /// Rules that only match literal action names.
-    by_action: HashMap<String, Vec<u32>>,
+    /// Rules that can only match when some path of `input` equals a literal.
+    by_path: Vec<PathIndex>,
+}
+
+/// The rules pinned to literals of one path (`input.action`, `input.context.env`, …).
+#[derive(Debug)]
+struct PathIndex {
+    path: Term,
+    strings: HashMap<Box<str>, Vec<u32>>,
+    /// Numbers, booleans and null: few, compared by value.
+    others: Vec<(Value, Vec<u32>)>,
+}
+
+impl PathIndex {
+    fn insert(&mut self, literal: Value, rule: u32) {
+        let list = match literal {
+            Value::String(s) => self.strings.entry(s.into_boxed_str()).or_default(),
+            v => {
+                let pos = self
+                    .others
+                    .iter()
+                    .position(|(o, _)| Val::of(o).equals(&Val::of(&v)));
+                let pos = pos.unwrap_or_else(|| {
+                    self.others.push((v, Vec::new()));
+                    self.others.len() - 1
+                });
+                &mut self.others[pos].1
+            }
+        };
+        if list.last() != Some(&rule) {
+            list.push(rule);
+        }
+    }
+
+    /// Adds the rules whose literal equals the request's value at the path.
+    fn collect(&self, doc: &InputDoc<'_>, out: &mut Vec<u32>) {
+        let Some(v) = self.path.eval(doc) else {
+            return;
+        };
+        let hit = match &v {
+            Val::Str(s) => self.strings.get(s.as_ref()),
+            other => self
+                .others
+                .iter()
+                .find(|(o, _)| Val::of(o).equals(other))
+                .map(|(_, l)| l),
+        };
+        if let Some(list) = hit {
+            out.extend_from_slice(list);
+        }
+    }
 }
 
 /// A compiled, ordered, indexed rule set for one agent.
@@ -77,10 +130,25 @@ impl PolicySet {
         for (i, r) in rules.iter().enumerate() {
             let i = u32::try_from(i).expect("fewer than 2^32 rules");
             if r.applies(Facet::Action) {
-                match (r.policy.action_literals(), &r.target_app) {
-                    (Some(actions), _) => {
-                        for a in actions {
-                            action.by_action.entry(a).or_default().push(i);
+                match (r.policy.index_keys(), &r.target_app) {
+                    (Some(keys), _) => {
+                        for ((root, segs), literals) in keys {
+                            let path = Term::Path { root, segs };
+                            let pos = action
+                                .by_path
+                                .iter()
+                                .position(|p| same_path(&p.path, &path))
+                                .unwrap_or_else(|| {
+                                    action.by_path.push(PathIndex {
+                                        path,
+                                        strings: HashMap::new(),
+                                        others: Vec::new(),
+                                    });
+                                    action.by_path.len() - 1
+                                });
+                            for lit in literals {
+                                action.by_path[pos].insert(lit, i);
+                            }
                         }
                     }
                     (None, Some(app)) => action.by_app.entry(app.clone()).or_default().push(i),
@@ -139,8 +207,13 @@ impl PolicySet {
             input,
             agent: &self.agent_doc,
         });
-        let candidates = self.action_candidates(&input.target_app, &input.action);
-        for i in candidates {
+        let mut hits = Vec::new();
+        for index in &self.action.by_path {
+            index.collect(&doc, &mut hits);
+        }
+        hits.sort_unstable();
+        hits.dedup();
+        for i in self.action_candidates(&input.target_app, &hits) {
             let rule = &self.rules[i as usize];
             if !rule.passes_prefilters(&input.target_app, &input.action) {
                 continue;
@@ -231,16 +304,13 @@ impl PolicySet {
     }
 
     /// Candidate action rules in cascade order: the unscoped ones, the ones for
-    /// this app, and the ones for this literal action, merged by position.
-    fn action_candidates<'s>(&'s self, app: &str, action: &str) -> impl Iterator<Item = u32> + 's {
+    /// this app, and the index hits, merged by position.
+    fn action_candidates<'s>(&'s self, app: &str, hits: &'s [u32]) -> Merge<'s> {
         let empty: &[u32] = &[];
         let lists = [
             self.action.unscoped.as_slice(),
             self.action.by_app.get(app).map_or(empty, Vec::as_slice),
-            self.action
-                .by_action
-                .get(action)
-                .map_or(empty, Vec::as_slice),
+            hits,
         ];
         Merge { lists, pos: [0; 3] }
     }
@@ -388,11 +458,31 @@ impl PolicySet {
                 value.code_word().to_ascii_lowercase()
             ),
         );
-        v.rule_code = Some(format!("D-{class_word}-{}", value.code_word()));
+        v.rule_code = Some(synthetic_code(class, value).to_owned());
         if decision == Decision::ApprovalRequired && !self.no_coverage.enduser_hitl_enabled {
             v = resolve_without_approval(v);
         }
         v
+    }
+}
+
+/// The synthetic rule code of a no-coverage default (`D-READ-ALLOW`, …).
+pub fn synthetic_code(class: ActionClass, value: NoCoverageValue) -> &'static str {
+    use ActionClass::*;
+    use NoCoverageValue::*;
+    match (class, value) {
+        (Read, Allow) => "D-READ-ALLOW",
+        (Read, Deny) => "D-READ-DENY",
+        (Read, Ask) => "D-READ-ASK",
+        (Write, Allow) => "D-WRITE-ALLOW",
+        (Write, Deny) => "D-WRITE-DENY",
+        (Write, Ask) => "D-WRITE-ASK",
+        (Delete, Allow) => "D-DELETE-ALLOW",
+        (Delete, Deny) => "D-DELETE-DENY",
+        (Delete, Ask) => "D-DELETE-ASK",
+        (Admin, Allow) => "D-ADMIN-ALLOW",
+        (Admin, Deny) => "D-ADMIN-DENY",
+        (Admin, Ask) => "D-ADMIN-ASK",
     }
 }
 
@@ -431,6 +521,10 @@ fn resolve_without_approval(mut v: Verdict) -> Verdict {
     }
     v.reason = format!("{} (end-user approvals are disabled)", v.reason);
     v
+}
+
+fn same_path(a: &Term, b: &Term) -> bool {
+    matches!((a, b), (Term::Path { root: r1, segs: s1 }, Term::Path { root: r2, segs: s2 }) if r1 == r2 && s1 == s2)
 }
 
 /// Merges up to three ascending index lists (each rule is in at most one).

@@ -199,12 +199,12 @@ impl Policy {
         matches!(self.program, Program::Native(_))
     }
 
-    /// The literal action names the rule can match, when every way it can
-    /// match requires `input.action` to equal one of them. Used to index rules
-    /// so that most are never evaluated for a given action.
-    pub(crate) fn action_literals(&self) -> Option<Vec<String>> {
+    /// The rule's index keys (see `native::Output::index_keys`): the rule can
+    /// only match a request whose value at one of the paths equals one of
+    /// that path's literals. `None` for rules that must always be tried.
+    pub(crate) fn index_keys(&self) -> Option<Vec<(native::PathKey, Vec<serde_json::Value>)>> {
         match &self.program {
-            Program::Native(out) => out.decision.required_literals(crate::input::Root::Action),
+            Program::Native(out) => out.decision.index_keys(),
             Program::Rego(_) => None,
         }
     }

@@ -14,7 +14,7 @@ use super::value::{Num, Val};
 use crate::input::{InputDoc, Root};
 
 /// One step below an `input` root.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) enum Seg {
     Key(Box<str>),
     Index(usize),
@@ -214,44 +214,47 @@ impl Output {
         }
     }
 
-    /// The string literals `input.<root>` must equal for the rule to be
-    /// defined, when every alternative of every definition pins it.
-    pub(crate) fn required_literals(&self, root: Root) -> Option<Vec<String>> {
+    /// Index keys: for every way the rule can be defined, a path of `input`
+    /// and the scalar literals it must equal. `None` when some way is not
+    /// pinned so (or there is a default), and the rule must always be tried.
+    pub(crate) fn index_keys(&self) -> Option<Vec<(PathKey, Vec<Value>)>> {
         if self.default.is_some() || self.definitions.is_empty() {
             return None;
         }
-        let mut all = Vec::new();
+        let mut keys = Vec::new();
         for def in &self.definitions {
             for (body, _) in &def.alternatives {
-                all.extend(body.0.iter().find_map(|c| c.pinned_literals(root))?);
+                keys.push(body.0.iter().find_map(Cond::pinned)?);
             }
         }
-        all.sort();
-        all.dedup();
-        Some(all)
+        Some(keys)
     }
 }
 
+/// A path of `input` as an index key.
+pub(crate) type PathKey = (Root, Box<[Seg]>);
+
 impl Cond {
-    /// `input.<root> == "lit"` or `input.<root> in {"a", "b"}`: the literals.
-    fn pinned_literals(&self, root: Root) -> Option<Vec<String>> {
-        let is_root =
-            |t: &Term| matches!(t, Term::Path { root: r, segs } if *r == root && segs.is_empty());
-        let strings = |items: &[Value]| {
+    /// `path == scalar` or `path in {scalars}`: the path and the literals.
+    fn pinned(&self) -> Option<(PathKey, Vec<Value>)> {
+        let path = |t: &Term| match t {
+            Term::Path { root, segs } => Some((*root, segs.clone())),
+            _ => None,
+        };
+        let scalars = |items: &[Value]| {
             items
                 .iter()
-                .map(|v| v.as_str().map(str::to_owned))
-                .collect::<Option<Vec<_>>>()
+                .all(|v| !(v.is_array() || v.is_object()))
+                .then(|| items.to_vec())
         };
         match self {
-            Cond::Cmp(CmpOp::Eq, a, Term::Const(Value::String(s)))
-            | Cond::Cmp(CmpOp::Eq, Term::Const(Value::String(s)), a)
-                if is_root(a) =>
-            {
-                Some(vec![s.clone()])
+            Cond::Cmp(CmpOp::Eq, a, Term::Const(v)) | Cond::Cmp(CmpOp::Eq, Term::Const(v), a) => {
+                Some((path(a)?, scalars(std::slice::from_ref(v))?))
             }
-            Cond::Member(a, Term::Set(items)) if is_root(a) => strings(items),
-            Cond::Member(a, Term::Const(Value::Array(items))) if is_root(a) => strings(items),
+            Cond::Member(a, Term::Set(items))
+            | Cond::Member(a, Term::Const(Value::Array(items))) => {
+                Some((path(a)?, scalars(items)?))
+            }
             _ => None,
         }
     }
