@@ -5,10 +5,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
+use super::fixtures::{bundle_rule, epoch};
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use serde::Deserialize;
 use serde_json::Value;
-use uuid::Uuid;
 use warden_engine::model::{
     ActionInput, AgentAttributes, AgentMode, BundleRule, Bypass, DelegationContext,
     DelegationInput, Facet, ModeByOperation, NoCoverageSettings, RetrievalInput,
@@ -176,18 +176,11 @@ fn now() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 6, 1, 12, 0, 0).unwrap()
 }
 
-fn bundle_rule(i: usize, r: &CaseRule) -> BundleRule {
-    let epoch = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
+fn case_rule(i: usize, r: &CaseRule) -> BundleRule {
     BundleRule {
-        id: Uuid::from_u128(i as u128 + 1),
-        rule_code: r.code.clone(),
         name: r.name.clone().unwrap_or_else(|| format!("rule {}", r.code)),
-        description: None,
-        effect: warden_engine::model::Decision::Deny,
-        rego_source: r.rego.clone(),
-        applies_to: r.applies_to.clone(),
         priority: r.priority,
-        created_at: epoch + Duration::seconds(r.created_offset.unwrap_or(i as i64)),
+        created_at: epoch() + Duration::seconds(r.created_offset.unwrap_or(i as i64)),
         target_app: r.target_app.clone(),
         action_pattern: r.action_pattern.clone(),
         trust_tier: r.trust_tier.clone(),
@@ -198,6 +191,7 @@ fn bundle_rule(i: usize, r: &CaseRule) -> BundleRule {
             bypass_expires_at: r.bypass_expires_in.map(|s| now() + Duration::seconds(s)),
             ..Bypass::default()
         },
+        ..bundle_rule(i as u128 + 1, &r.code, r.applies_to.clone(), &r.rego)
     }
 }
 
@@ -223,7 +217,7 @@ fn check(case: &Case) -> Result<(), String> {
     let mut compiled = Vec::new();
     for (i, r) in case.rules.iter().enumerate() {
         let rule =
-            CompiledRule::compile(&bundle_rule(i, r)).map_err(|e| format!("{}: {e}", r.code))?;
+            CompiledRule::compile(&case_rule(i, r)).map_err(|e| format!("{}: {e}", r.code))?;
         compiled.push(Arc::new(rule));
     }
     let set = PolicySet::new(

@@ -1,33 +1,17 @@
 //! The client fail-closed state machine (spec §9), driven with real bundle JSON.
 
-use chrono::{TimeZone, Utc};
+use super::fixtures::bundle_rule;
+use chrono::Utc;
 use serde_json::{Value, json};
-use uuid::Uuid;
 use warden_engine::bundle::{self, BundleError, BundleSource};
 use warden_engine::client::{ClientState, MaskOutcome, mask_or_block};
 use warden_engine::model::{
-    ActionInput, AgentAttributes, AgentMode, BundleRule, Bypass, Decision, Facet, ModeByOperation,
+    ActionInput, AgentAttributes, AgentMode, BundleRule, Decision, Facet, ModeByOperation,
     NoCoverageSettings, ReasonCode, RetrievalInput,
 };
 
 fn rule(rego: &str) -> BundleRule {
-    BundleRule {
-        id: Uuid::from_u128(7),
-        rule_code: "R-0001".into(),
-        name: "mask emails".into(),
-        description: None,
-        effect: Decision::Mask,
-        rego_source: rego.into(),
-        applies_to: vec![Facet::Action],
-        priority: 0,
-        created_at: Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap(),
-        target_app: None,
-        action_pattern: None,
-        trust_tier: None,
-        surface: None,
-        principal_exclusions: None,
-        bypass: Bypass::default(),
-    }
+    bundle_rule(7, "R-0001", vec![Facet::Action], rego)
 }
 
 const MASK_RULE: &str = "package m\ndecision := \"mask\" if input.action == \"send_email\"\nredactions := [{\"field\": \"to\", \"mode\": \"email\"}]";

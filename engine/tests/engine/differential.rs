@@ -3,15 +3,11 @@
 
 use std::sync::Arc;
 
-use chrono::{TimeZone, Utc};
+use super::fixtures::{agent, bundle_rule};
 use proptest::prelude::*;
 use serde_json::{Value, json};
-use uuid::Uuid;
-use warden_engine::model::{
-    ActionInput, AgentAttributes, AgentMode, BundleRule, Bypass, Decision, Facet, ModeByOperation,
-    NoCoverageSettings,
-};
-use warden_engine::{AgentContext, CompiledRule, PolicySet, Strategy as Compile, Verdict};
+use warden_engine::model::{ActionInput, AgentAttributes, Decision, Facet, NoCoverageSettings};
+use warden_engine::{CompiledRule, PolicySet, Strategy as Compile, Verdict};
 
 const FIELDS: &[&str] = &["a", "b", "c"];
 
@@ -152,36 +148,15 @@ fn context() -> impl Strategy<Value = Value> {
 }
 
 fn set_for(source: &str, strategy: Compile) -> PolicySet {
-    let rule = BundleRule {
-        id: Uuid::from_u128(1),
-        rule_code: "R-0001".into(),
-        name: "generated".into(),
-        description: None,
-        effect: Decision::Deny,
-        rego_source: source.to_owned(),
-        applies_to: vec![Facet::Action],
-        priority: 0,
-        created_at: Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap(),
-        target_app: None,
-        action_pattern: None,
-        trust_tier: None,
-        surface: None,
-        principal_exclusions: None,
-        bypass: Bypass::default(),
-    };
+    let rule = bundle_rule(1, "R-0001", vec![Facet::Action], source);
     let compiled = CompiledRule::compile_with(&rule, strategy)
         .unwrap_or_else(|e| panic!("generated rule must compile: {e}\n{source}"));
     PolicySet::new(
         vec![Arc::new(compiled)],
-        AgentContext {
-            agent_id: "agent-1".into(),
-            mode: AgentMode::Enforce,
-            mode_by_operation: ModeByOperation::new(),
-            attributes: AgentAttributes {
-                categories: vec!["p".into(), "prod".into()],
-                ..AgentAttributes::default()
-            },
-        },
+        agent(AgentAttributes {
+            categories: vec!["p".into(), "prod".into()],
+            ..AgentAttributes::default()
+        }),
         NoCoverageSettings::default(),
     )
 }

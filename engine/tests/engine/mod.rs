@@ -1,4 +1,5 @@
 mod cases;
 mod client;
 mod differential;
+mod fixtures;
 mod properties;

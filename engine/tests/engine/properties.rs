@@ -2,44 +2,23 @@
 
 use std::sync::Arc;
 
-use chrono::{Duration, TimeZone, Utc};
+use super::fixtures::{agent, bundle_rule, epoch};
+use chrono::{Duration, Utc};
 use proptest::prelude::*;
 use serde_json::{Value, json};
-use uuid::Uuid;
 use warden_engine::bundle::{self, BundleSource};
 use warden_engine::model::{
-    ActionInput, AgentAttributes, AgentMode, BundleRule, Bypass, Decision, Facet, ModeByOperation,
+    ActionInput, AgentAttributes, AgentMode, BundleRule, Facet, ModeByOperation,
     NoCoverageSettings, NoCoverageValue, RetrievalInput,
 };
 use warden_engine::redact::{RedactionSet, floor};
-use warden_engine::{AgentContext, CompiledRule, PolicySet, UnifiedVerdict};
+use warden_engine::{CompiledRule, PolicySet, UnifiedVerdict};
 
 fn rule(i: usize, priority: i64, created: i64, facets: Vec<Facet>, rego: String) -> BundleRule {
     BundleRule {
-        id: Uuid::from_u128(i as u128 + 1),
-        rule_code: format!("R-{:04}", i + 1),
-        name: format!("rule {i}"),
-        description: None,
-        effect: Decision::Deny,
-        rego_source: rego,
-        applies_to: facets,
         priority,
-        created_at: Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap() + Duration::seconds(created),
-        target_app: None,
-        action_pattern: None,
-        trust_tier: None,
-        surface: None,
-        principal_exclusions: None,
-        bypass: Bypass::default(),
-    }
-}
-
-fn agent() -> AgentContext {
-    AgentContext {
-        agent_id: "agent-1".into(),
-        mode: AgentMode::Enforce,
-        mode_by_operation: ModeByOperation::new(),
-        attributes: AgentAttributes::default(),
+        created_at: epoch() + Duration::seconds(created),
+        ..bundle_rule(i as u128 + 1, &format!("R-{:04}", i + 1), facets, &rego)
     }
 }
 
@@ -48,7 +27,11 @@ fn set(rules: &[BundleRule]) -> PolicySet {
         .iter()
         .map(|r| Arc::new(CompiledRule::compile(r).unwrap()))
         .collect();
-    PolicySet::new(compiled, agent(), NoCoverageSettings::default())
+    PolicySet::new(
+        compiled,
+        agent(AgentAttributes::default()),
+        NoCoverageSettings::default(),
+    )
 }
 
 proptest! {
@@ -216,13 +199,17 @@ proptest! {
 fn bundle_version_is_pinned_across_runs_and_platforms() {
     // A fixed input must always hash to the same version: if this changes, every
     // deployed sidecar would see a new bundle for no reason.
-    let r = rule(
-        0,
-        1,
-        0,
-        vec![Facet::Action],
-        "package a\ndecision := \"deny\" if true".into(),
-    );
+    // The rule is spelled out, so that fixture changes cannot move the pin.
+    let r = BundleRule {
+        name: "rule 0".into(),
+        ..rule(
+            0,
+            1,
+            0,
+            vec![Facet::Action],
+            "package a\ndecision := \"deny\" if true".into(),
+        )
+    };
     let attrs = AgentAttributes::default();
     let settings = NoCoverageSettings::default();
     let b = bundle::unified(&BundleSource {
