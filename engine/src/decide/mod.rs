@@ -550,3 +550,18 @@ impl Iterator for Merge<'_> {
         Some(v)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Guards the contract the sidecar relies on: one `PolicySet` is shared by
+    /// every worker thread behind an `Arc`, with no lock.
+    #[test]
+    fn policy_sets_are_send_and_sync() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<PolicySet>();
+        assert_send_sync::<CompiledRule>();
+        assert_send_sync::<Verdict>();
+    }
+}
