@@ -21,7 +21,7 @@ use crate::classify::classify;
 use serde_json::Value;
 
 use crate::dialect::Matched;
-use crate::dialect::native::Term;
+use crate::dialect::native::{PathKey, resolve};
 use crate::dialect::value::Val;
 use crate::input::{AgentDoc, InputDoc, View};
 use crate::model::{
@@ -57,7 +57,7 @@ struct FacetRules {
 /// The rules pinned to literals of one path (`input.action`, `input.context.env`, …).
 #[derive(Debug)]
 struct PathIndex {
-    path: Term,
+    path: PathKey,
     strings: HashMap<Box<str>, Vec<u32>>,
     /// Numbers, booleans and null: few, compared by value.
     others: Vec<(Value, Vec<u32>)>,
@@ -86,7 +86,7 @@ impl PathIndex {
 
     /// Adds the rules whose literal equals the request's value at the path.
     fn collect(&self, doc: &InputDoc<'_>, out: &mut Vec<u32>) {
-        let Some(v) = self.path.eval(doc) else {
+        let Some(v) = resolve(doc, self.path.0, &self.path.1) else {
             return;
         };
         let hit = match &v {
@@ -132,12 +132,11 @@ impl PolicySet {
             if r.applies(Facet::Action) {
                 match (r.policy.index_keys(), &r.target_app) {
                     (Some(keys), _) => {
-                        for ((root, segs), literals) in keys {
-                            let path = Term::Path { root, segs };
+                        for (path, literals) in keys {
                             let pos = action
                                 .by_path
                                 .iter()
-                                .position(|p| same_path(&p.path, &path))
+                                .position(|p| p.path == path)
                                 .unwrap_or_else(|| {
                                     action.by_path.push(PathIndex {
                                         path,
@@ -448,14 +447,13 @@ impl PolicySet {
             NoCoverageValue::Deny => Decision::Deny,
             NoCoverageValue::Ask => Decision::ApprovalRequired,
         };
-        let class_word = class.code_word();
         let mut v = Verdict::new(
             Facet::Action,
             decision,
             format!(
                 "no rule covers {action}; the {} default is {}",
-                class_word.to_ascii_lowercase(),
-                value.code_word().to_ascii_lowercase()
+                class.as_str(),
+                value.as_str()
             ),
         );
         v.rule_code = Some(synthetic_code(class, value).to_owned());
@@ -521,10 +519,6 @@ fn resolve_without_approval(mut v: Verdict) -> Verdict {
     }
     v.reason = format!("{} (end-user approvals are disabled)", v.reason);
     v
-}
-
-fn same_path(a: &Term, b: &Term) -> bool {
-    matches!((a, b), (Term::Path { root: r1, segs: s1 }, Term::Path { root: r2, segs: s2 }) if r1 == r2 && s1 == s2)
 }
 
 /// Merges up to three ascending index lists (each rule is in at most one).

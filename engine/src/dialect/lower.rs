@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use super::native::{Body, Call, CmpOp, Cond, Definition, Output, Seg, Term};
 use super::value::normalize_set;
-use super::{OUTPUT_NAMES, compile_pattern};
+use super::{OUTPUT_NAMES, compile_pattern, constant};
 use crate::input::Root;
 
 /// A construct outside the native subset (the text says which, for diagnostics).
@@ -320,18 +320,14 @@ impl Lowerer<'_, '_> {
         }
     }
 
-    /// A rule of the module used as a value: only bodiless constants inline.
+    /// A rule of the module used as a value: only constants inline.
     fn constant_rule(&self, name: &str, depth: usize) -> Lowered<Term> {
         if depth >= MAX_HELPER_DEPTH || self.table.get(name).is_empty() {
             return unsupported(format!("reference to `{name}`"));
         }
-        let out = self.output(name, depth + 1)?;
-        match (out.definitions.as_slice(), &out.default) {
-            ([def], None) => match def.alternatives.as_slice() {
-                [(body, Term::Const(v))] if body.0.is_empty() => Ok(Term::Const(v.clone())),
-                _ => unsupported("conditional value rule"),
-            },
-            _ => unsupported("conditional value rule"),
+        match constant(&self.output(name, depth + 1)?) {
+            Some(v) => Ok(Term::Const(v.clone())),
+            None => unsupported("conditional value rule"),
         }
     }
 

@@ -97,18 +97,21 @@ pub(crate) struct Conflict;
 impl Term {
     pub(crate) fn eval<'a>(&'a self, doc: &'a InputDoc<'a>) -> Option<Val<'a>> {
         match self {
-            Term::Path { root, segs } => {
-                let mut v = doc.root(*root)?;
-                for seg in segs.iter() {
-                    v = step(v, seg)?;
-                }
-                Some(v)
-            }
+            Term::Path { root, segs } => resolve(doc, *root, segs),
             Term::Const(v) => Some(Val::of(v)),
             Term::Set(items) => Some(Val::Set(items)),
             Term::Call(call) => call.eval(doc),
         }
     }
+}
+
+/// The value of `input.<root>.<segs…>`, or `None` when undefined.
+pub(crate) fn resolve<'a>(doc: &'a InputDoc<'a>, root: Root, segs: &[Seg]) -> Option<Val<'a>> {
+    let mut v = doc.root(root)?;
+    for seg in segs {
+        v = step(v, seg)?;
+    }
+    Some(v)
 }
 
 fn step<'a>(v: Val<'a>, seg: &Seg) -> Option<Val<'a>> {

@@ -91,12 +91,12 @@ pub enum NoCoverageValue {
 }
 
 impl NoCoverageValue {
-    /// The word used in synthetic rule codes (`D-WRITE-DENY`).
-    pub const fn code_word(self) -> &'static str {
+    /// The spec's spelling.
+    pub const fn as_str(self) -> &'static str {
         match self {
-            NoCoverageValue::Allow => "ALLOW",
-            NoCoverageValue::Deny => "DENY",
-            NoCoverageValue::Ask => "ASK",
+            NoCoverageValue::Allow => "allow",
+            NoCoverageValue::Deny => "deny",
+            NoCoverageValue::Ask => "ask",
         }
     }
 }

@@ -280,13 +280,13 @@ pub enum ActionClass {
 }
 
 impl ActionClass {
-    /// The word used in synthetic rule codes (`D-READ-ALLOW`).
-    pub const fn code_word(self) -> &'static str {
+    /// The spec's spelling (the `no_coverage_defaults` key).
+    pub const fn as_str(self) -> &'static str {
         match self {
-            ActionClass::Read => "READ",
-            ActionClass::Write => "WRITE",
-            ActionClass::Delete => "DELETE",
-            ActionClass::Admin => "ADMIN",
+            ActionClass::Read => "read",
+            ActionClass::Write => "write",
+            ActionClass::Delete => "delete",
+            ActionClass::Admin => "admin",
         }
     }
 }
