@@ -9,6 +9,9 @@
 //!   matches (each compares two context fields to values the request lacks).
 //! - `nothing_matches_unindexed`: the same, but with conditions no index can
 //!   use (`startswith`, `>`), so every rule is evaluated on every request.
+//! - `fallback`: rules outside the native subset (iteration with `some`),
+//!   nothing matches: regorus's RVM bytecode (what Warden runs them on)
+//!   against the regorus interpreter.
 //! - `typical_mix`: rules scoped by app and literal actions, globs and a few
 //!   unscoped rules; the request matches one rule near the end of its app.
 //! - `threads`: 10,000 worst-case decisions on one thread vs split over two.
@@ -25,7 +28,7 @@ use warden_engine::model::{
     ActionInput, AgentAttributes, AgentMode, BundleRule, Bypass, Decision, Facet, ModeByOperation,
     NoCoverageSettings,
 };
-use warden_engine::{AgentContext, CompiledRule, PolicySet, Strategy};
+use warden_engine::{AgentContext, CompiledRule, PolicySet, Runtime, Strategy};
 
 const SIZES: [usize; 3] = [1, 100, 1000];
 
@@ -82,6 +85,18 @@ fn unindexable_rules(n: usize) -> Vec<BundleRule> {
         .collect()
 }
 
+/// Rules outside the native subset: each iterates `input.context.tags`.
+fn fallback_rules(n: usize) -> Vec<BundleRule> {
+    (0..n)
+        .map(|i| {
+            let rego = format!(
+                "package bench.x{i}\ndecision := \"deny\" if {{\n  some tag in input.context.tags\n  tag == \"absent-{i}\"\n}}"
+            );
+            bundle_rule(i, rego, None, None)
+        })
+        .collect()
+}
+
 /// Rules spread over 20 apps, mostly with literal actions, some globs.
 fn typical_rules(n: usize) -> Vec<BundleRule> {
     (0..n)
@@ -123,6 +138,7 @@ fn request(app: &str, action: &str) -> ActionInput {
     }
     ctx.insert("f1".into(), json!("v1"));
     ctx.insert("amount".into(), json!(5000));
+    ctx.insert("tags".into(), json!(["finance", "eu", "q3"]));
     ActionInput {
         agent_id: "agent-1".into(),
         target_app: app.into(),
@@ -217,6 +233,30 @@ fn nothing_matches_unindexed(c: &mut Criterion) {
     g.finish();
 }
 
+fn fallback(c: &mut Criterion) {
+    let mut g = c.benchmark_group("fallback");
+    let req = request("billing", "update_invoice");
+    for n in [1, 100] {
+        let rules = fallback_rules(n);
+        let rvm = policy(&rules, Strategy::PreferNative);
+        assert!(rvm.rules().iter().all(|r| r.runtime() == Runtime::Rvm));
+        let interpreter = policy(&rules, Strategy::RegorusOnly);
+        for set in [&rvm, &interpreter] {
+            assert_eq!(
+                set.decide_action(&req).rule_code.as_deref(),
+                Some("D-WRITE-ALLOW")
+            );
+        }
+        g.bench_with_input(BenchmarkId::new("warden_rvm", n), &n, |b, _| {
+            b.iter(|| black_box(rvm.decide_action(black_box(&req))))
+        });
+        g.bench_with_input(BenchmarkId::new("regorus", n), &n, |b, _| {
+            b.iter(|| black_box(interpreter.decide_action(black_box(&req))))
+        });
+    }
+    g.finish();
+}
+
 fn typical_mix(c: &mut Criterion) {
     let mut g = c.benchmark_group("typical_mix");
     for n in SIZES {
@@ -271,6 +311,6 @@ fn threads(c: &mut Criterion) {
 criterion_group! {
     name = benches;
     config = Criterion::default().warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3));
-    targets = nothing_matches, nothing_matches_unindexed, typical_mix, threads
+    targets = nothing_matches, nothing_matches_unindexed, fallback, typical_mix, threads
 }
 criterion_main!(benches);

@@ -9,6 +9,7 @@ use std::cell::OnceCell;
 
 use serde_json::{Map, Value, json};
 
+use crate::dialect::native::{PathKey, Seg};
 use crate::dialect::value::Val;
 use crate::model::{
     ActionInput, AgentAttributes, AgentMode, DELEGATE_ACTION, DelegationInput, Facet,
@@ -78,14 +79,18 @@ impl AgentDoc {
     }
 }
 
-/// One governed event as the `input` document, with its regorus form made at
-/// most once per decision (only if a fallback rule asks for it).
+/// One governed event as the `input` document. Each path the policy set reads
+/// is resolved at most once per decision, however many rules read it (the
+/// set numbers its distinct paths; see `PolicySet`), and the regorus form is
+/// made at most once (only if a fallback rule asks for it).
 pub(crate) struct InputDoc<'a> {
     view: View<'a>,
+    paths: Box<[OnceCell<Option<Val<'a>>>]>,
     regorus: OnceCell<regorus::Value>,
 }
 
 /// The request an `input` document describes.
+#[derive(Clone, Copy)]
 pub(crate) enum View<'a> {
     Action {
         input: &'a ActionInput,
@@ -99,17 +104,49 @@ pub(crate) enum View<'a> {
     },
     Delegation {
         input: &'a DelegationInput,
-        context: Value,
+        context: &'a Value,
         agent: &'a AgentDoc,
     },
 }
 
 impl<'a> InputDoc<'a> {
-    pub(crate) fn new(view: View<'a>) -> InputDoc<'a> {
+    /// A document for `view` with room to cache `paths` distinct paths.
+    pub(crate) fn new(view: View<'a>, paths: usize) -> InputDoc<'a> {
         InputDoc {
             view,
+            paths: (0..paths).map(|_| OnceCell::new()).collect(),
             regorus: OnceCell::new(),
         }
+    }
+
+    /// The value at `path`, which the policy set numbered `slot`: resolved on
+    /// first use, then read from the cache.
+    pub(crate) fn path(&self, slot: u32, path: &PathKey) -> Option<Val<'a>> {
+        match self.paths.get(slot as usize) {
+            Some(cell) => cell.get_or_init(|| self.resolve(path)).clone(),
+            None => self.resolve(path),
+        }
+    }
+
+    /// As [`InputDoc::path`], borrowing the cached value.
+    pub(crate) fn path_ref(&self, slot: u32, path: &PathKey) -> Option<&Val<'a>> {
+        self.paths
+            .get(slot as usize)?
+            .get_or_init(|| self.resolve(path))
+            .as_ref()
+    }
+
+    /// The value of `input.<root>.<segs…>`, or `None` when undefined.
+    pub(crate) fn resolve(&self, (root, segs): &PathKey) -> Option<Val<'a>> {
+        let mut v = self.root(*root)?;
+        for seg in segs {
+            v = match (v, seg) {
+                (Val::Object(o), Seg::Key(k)) => Val::of(o.get(k.as_ref())?),
+                (Val::Array(a), Seg::Index(i)) => Val::of(a.get(*i)?),
+                _ => return None,
+            };
+        }
+        Some(v)
     }
 
     /// The document as a regorus value, converted on first use.
@@ -127,11 +164,11 @@ impl<'a> InputDoc<'a> {
     }
 
     /// The value of `input.<root>`, or `None` when undefined.
-    pub(crate) fn root(&self, root: Root) -> Option<Val<'_>> {
+    pub(crate) fn root(&self, root: Root) -> Option<Val<'a>> {
         if root == Root::Facet {
             return Some(Val::str(self.facet().as_str()));
         }
-        match &self.view {
+        match self.view {
             View::Action { input, agent } => match root {
                 Root::AgentId => Some(Val::str(&input.agent_id)),
                 Root::TargetApp => Some(Val::str(&input.target_app)),
@@ -210,7 +247,7 @@ impl<'a> InputDoc<'a> {
                 m.insert("agent_id".into(), json!(input.agent_id));
                 m.insert("target_app".into(), json!(input.target_app));
                 m.insert("action".into(), json!(DELEGATE_ACTION));
-                m.insert("context".into(), context.clone());
+                m.insert("context".into(), (*context).clone());
                 m.insert("agent".into(), agent.0.clone());
             }
         }

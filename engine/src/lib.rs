@@ -37,4 +37,4 @@ pub mod model;
 pub mod redact;
 
 pub use decide::{AgentContext, CompiledRule, PolicySet, RuleHit, UnifiedVerdict, Verdict};
-pub use dialect::{CompileError, Policy, Strategy};
+pub use dialect::{CompileError, Policy, Runtime, Strategy};

@@ -5,10 +5,11 @@
 //! settings. It is immutable and `Send + Sync`: build it off the request
 //! path, share it behind an `Arc`, and swap it whole when the bundle changes.
 
+mod guard;
 mod rule;
 mod verdict;
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
@@ -21,7 +22,7 @@ use crate::classify::classify;
 use serde_json::Value;
 
 use crate::dialect::Matched;
-use crate::dialect::native::{PathKey, resolve};
+use crate::dialect::native::PathKey;
 use crate::dialect::value::Val;
 use crate::input::{AgentDoc, InputDoc, View};
 use crate::model::{
@@ -29,6 +30,7 @@ use crate::model::{
     Decision, DelegationInput, Facet, HitlFallback, ModeByOperation, NoCoverageSettings,
     NoCoverageValue, ReasonCode, RetrievalInput, TrustTier,
 };
+use guard::Guards;
 
 /// The agent a policy set governs.
 #[derive(Debug, Clone, PartialEq)]
@@ -58,6 +60,8 @@ struct FacetRules {
 #[derive(Debug)]
 struct PathIndex {
     path: PathKey,
+    /// The path's slot in the request's path cache.
+    slot: u32,
     strings: HashMap<Box<str>, Vec<u32>>,
     /// Numbers, booleans and null: few, compared by value.
     others: Vec<(Value, Vec<u32>)>,
@@ -86,7 +90,7 @@ impl PathIndex {
 
     /// Adds the rules whose literal equals the request's value at the path.
     fn collect(&self, doc: &InputDoc<'_>, out: &mut Vec<u32>) {
-        let Some(v) = resolve(doc, self.path.0, &self.path.1) else {
+        let Some(v) = doc.path(self.slot, &self.path) else {
             return;
         };
         let hit = match &v {
@@ -107,6 +111,13 @@ impl PathIndex {
 #[derive(Debug)]
 pub struct PolicySet {
     rules: Vec<Arc<CompiledRule>>,
+    /// Every distinct `input` path the rules read: a request resolves each at
+    /// most once, however many rules read it.
+    paths: Vec<PathKey>,
+    /// For each rule (by position), the cache slot of each of its paths.
+    slots: Vec<Box<[u32]>>,
+    /// Each rule's necessary conditions, checked before the rule is touched.
+    guards: Guards,
     action: FacetRules,
     retrieval: Vec<u32>,
     delegation: Vec<u32>,
@@ -125,6 +136,15 @@ impl PolicySet {
         no_coverage: NoCoverageSettings,
     ) -> PolicySet {
         rules.sort_by(|a, b| rule::cascade_order(a, b));
+        let mut paths = PathTable::default();
+        let slots: Vec<Box<[u32]>> = rules
+            .iter()
+            .map(|r| r.policy.paths().iter().map(|p| paths.slot(p)).collect())
+            .collect();
+        let mut guards = Guards::default();
+        for (r, s) in rules.iter().zip(&slots) {
+            guards.push(&r.policy, s);
+        }
         let mut action = FacetRules::default();
         let (mut retrieval, mut delegation) = (Vec::new(), Vec::new());
         for (i, r) in rules.iter().enumerate() {
@@ -139,8 +159,9 @@ impl PolicySet {
                                 .position(|p| p.path == path)
                                 .unwrap_or_else(|| {
                                     action.by_path.push(PathIndex {
+                                        slot: paths.slot(&path),
                                         path,
-                                        strings: HashMap::new(),
+                                        strings: HashMap::default(),
                                         others: Vec::new(),
                                     });
                                     action.by_path.len() - 1
@@ -167,6 +188,9 @@ impl PolicySet {
         PolicySet {
             agent_doc: AgentDoc::new(&agent.agent_id, agent.mode, &agent.attributes),
             rules,
+            paths: paths.paths,
+            slots,
+            guards,
             action,
             retrieval,
             delegation,
@@ -202,10 +226,13 @@ impl PolicySet {
         if mode == AgentMode::Off {
             return Verdict::new(Facet::Action, Decision::Permit, "").in_mode(mode);
         }
-        let doc = InputDoc::new(View::Action {
-            input,
-            agent: &self.agent_doc,
-        });
+        let doc = InputDoc::new(
+            View::Action {
+                input,
+                agent: &self.agent_doc,
+            },
+            self.paths.len(),
+        );
         let mut hits = Vec::new();
         for index in &self.action.by_path {
             index.collect(&doc, &mut hits);
@@ -213,11 +240,14 @@ impl PolicySet {
         hits.sort_unstable();
         hits.dedup();
         for i in self.action_candidates(&input.target_app, &hits) {
+            if !self.guards.may_match(i, &doc, &self.paths) {
+                continue;
+            }
             let rule = &self.rules[i as usize];
             if !rule.passes_prefilters(&input.target_app, &input.action) {
                 continue;
             }
-            match rule.policy.evaluate(&doc) {
+            match rule.policy.evaluate(&doc, &self.slots[i as usize]) {
                 Ok(None) => continue,
                 Ok(Some(m)) => return self.action_match(Facet::Action, rule, m).in_mode(mode),
                 Err(e) => return evaluation_failed(Facet::Action, rule, &e.0).in_mode(mode),
@@ -234,11 +264,14 @@ impl PolicySet {
         }
         let assigned = self.agent.attributes.trust_tier.as_deref();
         let tier = assigned.or(input.trust_tier.as_deref());
-        let doc = InputDoc::new(View::Retrieval {
-            input,
-            agent: &self.agent_doc,
-            trust_tier: tier,
-        });
+        let doc = InputDoc::new(
+            View::Retrieval {
+                input,
+                agent: &self.agent_doc,
+                trust_tier: tier,
+            },
+            self.paths.len(),
+        );
         for &i in &self.retrieval {
             let rule = &self.rules[i as usize];
             if rule.bypass.is_in_force(now) {
@@ -250,7 +283,10 @@ impl PolicySet {
                 v.reason_code = Some(ReasonCode::EmergencyBypass);
                 return hit(v, rule).in_mode(mode);
             }
-            match rule.policy.evaluate(&doc) {
+            if !self.guards.may_match(i, &doc, &self.paths) {
+                continue;
+            }
+            match rule.policy.evaluate(&doc, &self.slots[i as usize]) {
                 Ok(None) => continue,
                 Ok(Some(m)) => {
                     return self
@@ -277,17 +313,23 @@ impl PolicySet {
             return Verdict::new(Facet::Delegation, Decision::Permit, "").in_mode(mode);
         }
         let context = serde_json::to_value(&input.context).unwrap_or_default();
-        let doc = InputDoc::new(View::Delegation {
-            input,
-            context,
-            agent: &self.agent_doc,
-        });
+        let doc = InputDoc::new(
+            View::Delegation {
+                input,
+                context: &context,
+                agent: &self.agent_doc,
+            },
+            self.paths.len(),
+        );
         for &i in &self.delegation {
+            if !self.guards.may_match(i, &doc, &self.paths) {
+                continue;
+            }
             let rule = &self.rules[i as usize];
             if !rule.passes_prefilters(&input.target_app, DELEGATE_ACTION) {
                 continue;
             }
-            match rule.policy.evaluate(&doc) {
+            match rule.policy.evaluate(&doc, &self.slots[i as usize]) {
                 Ok(None) => continue,
                 Ok(Some(m)) => return self.action_match(Facet::Delegation, rule, m).in_mode(mode),
                 Err(e) => return evaluation_failed(Facet::Delegation, rule, &e.0).in_mode(mode),
@@ -519,6 +561,25 @@ fn resolve_without_approval(mut v: Verdict) -> Verdict {
     }
     v.reason = format!("{} (end-user approvals are disabled)", v.reason);
     v
+}
+
+/// Numbers distinct paths as a policy set is built.
+#[derive(Default)]
+struct PathTable {
+    paths: Vec<PathKey>,
+    by_key: HashMap<PathKey, u32>,
+}
+
+impl PathTable {
+    fn slot(&mut self, path: &PathKey) -> u32 {
+        if let Some(&slot) = self.by_key.get(path) {
+            return slot;
+        }
+        let slot = u32::try_from(self.paths.len()).expect("fewer than 2^32 paths");
+        self.paths.push(path.clone());
+        self.by_key.insert(path.clone(), slot);
+        slot
+    }
 }
 
 /// Merges up to three ascending index lists (each rule is in at most one).

@@ -81,6 +81,11 @@ impl CompiledRule {
         self.policy.is_native()
     }
 
+    /// What the rule's policy runs on.
+    pub fn runtime(&self) -> crate::Runtime {
+        self.policy.runtime()
+    }
+
     pub(crate) fn applies(&self, facet: Facet) -> bool {
         self.applies_to.contains(&facet)
     }

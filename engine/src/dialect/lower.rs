@@ -4,13 +4,14 @@
 //! is outside the native subset, in which case the rule runs through regorus.
 //! It never changes meaning: anything it is unsure of is `Unsupported`.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use regorus::unstable::{AssignOp, BoolOp, Expr, Literal, LiteralStmt, Query, Rule, RuleHead};
 use serde_json::Value;
 
-use super::native::{Body, Call, CmpOp, Cond, Definition, Output, Seg, Term};
+use super::native::{Body, Call, CmpOp, Cond, Definition, Output, PathKey, Seg, Term};
 use super::value::normalize_set;
 use super::{OUTPUT_NAMES, compile_pattern, constant};
 use crate::input::Root;
@@ -28,6 +29,9 @@ fn unsupported<T>(what: impl Into<String>) -> Lowered<T> {
 /// The outputs of a natively lowered rule, by name.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct NativeOutputs {
+    /// Every distinct path of `input` the outputs read; `Term::Path` holds a
+    /// position in this table.
+    pub(crate) paths: Vec<PathKey>,
     pub(crate) decision: Output,
     pub(crate) reason: Output,
     pub(crate) redactions: Output,
@@ -71,9 +75,10 @@ impl<'m> RuleTable<'m> {
 
 /// Lowers the module's output rules.
 pub(crate) fn lower_module(table: &RuleTable<'_>) -> Lowered<NativeOutputs> {
-    let lowerer = Lowerer { table };
+    let lowerer = Lowerer::new(table);
     let [d, r, x, h, f] = OUTPUT_NAMES.map(|name| lowerer.output(name, 0));
     Ok(NativeOutputs {
+        paths: lowerer.paths.into_inner(),
         decision: d?,
         reason: r?,
         redactions: x?,
@@ -82,13 +87,16 @@ pub(crate) fn lower_module(table: &RuleTable<'_>) -> Lowered<NativeOutputs> {
     })
 }
 
-/// Lowers one complete rule of the module.
+/// Lowers one complete rule of the module on its own (its paths are not
+/// kept: callers only look for constants).
 pub(crate) fn lower_output(table: &RuleTable<'_>, name: &str) -> Lowered<Output> {
-    Lowerer { table }.output(name, 0)
+    Lowerer::new(table).output(name, 0)
 }
 
 struct Lowerer<'t, 'm> {
     table: &'t RuleTable<'m>,
+    /// The module's distinct `input` paths, numbered in order of appearance.
+    paths: RefCell<Vec<PathKey>>,
 }
 
 /// Local variables bound by `x := term` inside one body.
@@ -97,7 +105,27 @@ struct Scope {
     vars: HashMap<String, Term>,
 }
 
-impl Lowerer<'_, '_> {
+impl<'t, 'm> Lowerer<'t, 'm> {
+    fn new(table: &'t RuleTable<'m>) -> Lowerer<'t, 'm> {
+        Lowerer {
+            table,
+            paths: RefCell::new(Vec::new()),
+        }
+    }
+
+    /// The number of `path` in the module's path table.
+    fn intern(&self, path: PathKey) -> Lowered<u32> {
+        let mut paths = self.paths.borrow_mut();
+        let pos = match paths.iter().position(|p| *p == path) {
+            Some(pos) => pos,
+            None => {
+                paths.push(path);
+                paths.len() - 1
+            }
+        };
+        u32::try_from(pos).or_else(|_| unsupported("too many paths"))
+    }
+
     /// Lowers every definition of the complete rule `name`.
     fn output(&self, name: &str, depth: usize) -> Lowered<Output> {
         let mut out = Output::default();
@@ -363,10 +391,7 @@ impl Lowerer<'_, '_> {
             Some(Seg::Key(k)) => Root::parse(&k),
             _ => return unsupported("whole-input or indexed-input reference"),
         };
-        Ok(Term::Path {
-            root,
-            segs: segs.collect(),
-        })
+        Ok(Term::Path(self.intern((root, segs.collect()))?))
     }
 
     fn call(

@@ -106,10 +106,27 @@ impl CompileError {
 /// How to compile a policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Strategy {
-    /// Native where the subset allows it, regorus otherwise (the default).
+    /// Native where the subset allows it, else regorus's RVM bytecode where
+    /// the rule compiles to it, else the regorus interpreter (the default).
     PreferNative,
-    /// Always regorus: the reference, for differential tests and diagnosis.
+    /// Never native: RVM bytecode where the rule compiles to it, else the
+    /// interpreter (for differential tests and benchmarks of the fallback).
+    PreferRvm,
+    /// Always the regorus interpreter: the reference, for differential tests
+    /// and diagnosis.
     RegorusOnly,
+}
+
+/// What a compiled policy runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Runtime {
+    /// The native condition tree.
+    Native,
+    /// regorus's RVM bytecode.
+    Rvm,
+    /// The regorus interpreter.
+    Interpreter,
 }
 
 /// A compiled `rego_source`.
@@ -129,7 +146,7 @@ impl std::fmt::Debug for Policy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Policy")
             .field("effect", &self.effect)
-            .field("native", &self.is_native())
+            .field("runtime", &self.runtime())
             .finish_non_exhaustive()
     }
 }
@@ -173,13 +190,20 @@ impl Policy {
         let checked = check::check(&module, &table, facets)?;
         // Semantic errors (unsafe variables, unknown functions, type errors in
         // constants) are found by preparing the module in regorus once.
-        let rego = fallback::RegoProgram::prepare(source, &table)?;
-        let program = match strategy {
-            Strategy::PreferNative => match lower::lower_module(&table) {
-                Ok(outputs) => Program::Native(Box::new(outputs)),
-                Err(_) => Program::Rego(Box::new(rego)),
-            },
-            Strategy::RegorusOnly => Program::Rego(Box::new(rego)),
+        // A native rule still goes through regorus once, for that check.
+        let native = match strategy {
+            Strategy::PreferNative => lower::lower_module(&table).ok(),
+            Strategy::PreferRvm | Strategy::RegorusOnly => None,
+        };
+        let machine = match strategy {
+            Strategy::RegorusOnly => fallback::Machine::Interpreter,
+            _ if native.is_some() => fallback::Machine::Interpreter,
+            Strategy::PreferNative | Strategy::PreferRvm => fallback::Machine::PreferRvm,
+        };
+        let rego = fallback::RegoProgram::prepare(source, &table, machine)?;
+        let program = match native {
+            Some(outputs) => Program::Native(Box::new(outputs)),
+            None => Program::Rego(Box::new(rego)),
         };
         Ok(Policy {
             effect: checked.effect,
@@ -199,20 +223,67 @@ impl Policy {
         matches!(self.program, Program::Native(_))
     }
 
+    /// What the policy runs on.
+    pub fn runtime(&self) -> Runtime {
+        match &self.program {
+            Program::Native(_) => Runtime::Native,
+            Program::Rego(rego) if rego.is_rvm() => Runtime::Rvm,
+            Program::Rego(_) => Runtime::Interpreter,
+        }
+    }
+
     /// The rule's index keys (see `native::Output::index_keys`): the rule can
     /// only match a request whose value at one of the paths equals one of
     /// that path's literals. `None` for rules that must always be tried.
     pub(crate) fn index_keys(&self) -> Option<Vec<(native::PathKey, Vec<serde_json::Value>)>> {
         match &self.program {
-            Program::Native(out) => out.decision.index_keys(),
+            Program::Native(out) => out.decision.index_keys(&out.paths),
             Program::Rego(_) => None,
         }
     }
 
-    /// Evaluates the policy: `Ok(None)` when the rule does not match.
-    pub(crate) fn evaluate(&self, doc: &InputDoc<'_>) -> Result<Option<Matched>, EvalError> {
+    /// The distinct paths of `input` the native program reads (none for a
+    /// regorus program). [`Policy::evaluate`] takes, for each, its slot in
+    /// the request's path cache.
+    pub(crate) fn paths(&self) -> &[native::PathKey] {
         match &self.program {
-            Program::Native(out) => self.evaluate_native(out, doc),
+            Program::Native(out) => &out.paths,
+            Program::Rego(_) => &[],
+        }
+    }
+
+    /// Every body that can define `decision` (all alternatives of all
+    /// definitions): the rule can only match when one of them holds. `None`
+    /// when that cannot be said (a regorus program, or a `default decision`).
+    pub(crate) fn decision_bodies(&self) -> Option<Vec<&native::Body>> {
+        match &self.program {
+            Program::Native(out) if out.decision.default.is_none() => Some(
+                out.decision
+                    .definitions
+                    .iter()
+                    .flat_map(|d| d.alternatives.iter().map(|(body, _)| body))
+                    .collect(),
+            ),
+            _ => None,
+        }
+    }
+
+    /// Evaluates the policy: `Ok(None)` when the rule does not match.
+    /// `slots[i]` is where `self.paths()[i]` is cached in `doc`.
+    pub(crate) fn evaluate(
+        &self,
+        doc: &InputDoc<'_>,
+        slots: &[u32],
+    ) -> Result<Option<Matched>, EvalError> {
+        match &self.program {
+            Program::Native(out) => self.evaluate_native(
+                out,
+                native::Env {
+                    doc,
+                    paths: &out.paths,
+                    slots,
+                },
+            ),
             Program::Rego(rego) => {
                 let raw = rego.evaluate(doc)?;
                 raw.map(|r| self.interpret(r)).transpose()
@@ -223,14 +294,14 @@ impl Policy {
     fn evaluate_native(
         &self,
         out: &lower::NativeOutputs,
-        doc: &InputDoc<'_>,
+        env: native::Env<'_, '_>,
     ) -> Result<Option<Matched>, EvalError> {
         let conflict = |name: &str| EvalError(format!("`{name}` produced conflicting values"));
-        let Some(decision) = out.decision.eval(doc).map_err(|_| conflict("decision"))? else {
+        let Some(decision) = out.decision.eval(env).map_err(|_| conflict("decision"))? else {
             return Ok(None);
         };
         let json = |o: &Output, name: &str| -> Result<Option<serde_json::Value>, EvalError> {
-            Ok(o.eval(doc)
+            Ok(o.eval(env)
                 .map_err(|_| conflict(name))?
                 .map(|v| native::to_json(&v)))
         };

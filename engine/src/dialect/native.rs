@@ -23,10 +23,8 @@ pub(crate) enum Seg {
 /// A value-producing expression.
 #[derive(Debug, Clone)]
 pub(crate) enum Term {
-    Path {
-        root: Root,
-        segs: Box<[Seg]>,
-    },
+    /// A path of `input`, by its position in the policy's path table.
+    Path(u32),
     Const(Value),
     /// A set literal, sorted and deduplicated.
     Set(Vec<Value>),
@@ -54,6 +52,31 @@ pub(crate) enum CmpOp {
     Le,
     Gt,
     Ge,
+}
+
+impl CmpOp {
+    /// Whether `a op b` holds, given `a.cmp(b)`.
+    pub(crate) fn holds(self, o: std::cmp::Ordering) -> bool {
+        match self {
+            CmpOp::Eq => o.is_eq(),
+            CmpOp::Ne => o.is_ne(),
+            CmpOp::Lt => o.is_lt(),
+            CmpOp::Le => o.is_le(),
+            CmpOp::Gt => o.is_gt(),
+            CmpOp::Ge => o.is_ge(),
+        }
+    }
+
+    /// The operator with its operands swapped: `a op b` ⇔ `b op.flip() a`.
+    pub(crate) fn flip(self) -> CmpOp {
+        match self {
+            CmpOp::Lt => CmpOp::Gt,
+            CmpOp::Le => CmpOp::Ge,
+            CmpOp::Gt => CmpOp::Lt,
+            CmpOp::Ge => CmpOp::Le,
+            same => same,
+        }
+    }
 }
 
 /// One statement of a body.
@@ -94,38 +117,42 @@ pub(crate) struct Output {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Conflict;
 
-impl Term {
-    pub(crate) fn eval<'a>(&'a self, doc: &'a InputDoc<'a>) -> Option<Val<'a>> {
-        match self {
-            Term::Path { root, segs } => resolve(doc, *root, segs),
-            Term::Const(v) => Some(Val::of(v)),
-            Term::Set(items) => Some(Val::Set(items)),
-            Term::Call(call) => call.eval(doc),
+/// What a policy is evaluated against: the request, the policy's own path
+/// table, and where each of those paths sits in the request's path cache.
+#[derive(Clone, Copy)]
+pub(crate) struct Env<'e, 'a> {
+    pub(crate) doc: &'e InputDoc<'a>,
+    pub(crate) paths: &'e [PathKey],
+    pub(crate) slots: &'e [u32],
+}
+
+impl<'e> Env<'e, '_> {
+    /// The value of the policy's path number `local`.
+    fn path(self, local: u32) -> Option<Val<'e>> {
+        let local = local as usize;
+        let path = self.paths.get(local)?;
+        match self.slots.get(local) {
+            Some(&slot) => self.doc.path(slot, path),
+            None => self.doc.resolve(path),
         }
     }
 }
 
-/// The value of `input.<root>.<segs…>`, or `None` when undefined.
-pub(crate) fn resolve<'a>(doc: &'a InputDoc<'a>, root: Root, segs: &[Seg]) -> Option<Val<'a>> {
-    let mut v = doc.root(root)?;
-    for seg in segs {
-        v = step(v, seg)?;
-    }
-    Some(v)
-}
-
-fn step<'a>(v: Val<'a>, seg: &Seg) -> Option<Val<'a>> {
-    match (v, seg) {
-        (Val::Object(o), Seg::Key(k)) => o.get(k.as_ref()).map(Val::of),
-        (Val::Array(a), Seg::Index(i)) => a.get(*i).map(Val::of),
-        _ => None,
+impl Term {
+    pub(crate) fn eval<'e>(&'e self, env: Env<'e, '_>) -> Option<Val<'e>> {
+        match self {
+            Term::Path(local) => env.path(*local),
+            Term::Const(v) => Some(Val::of(v)),
+            Term::Set(items) => Some(Val::Set(items)),
+            Term::Call(call) => call.eval(env),
+        }
     }
 }
 
 impl Call {
-    fn eval<'a>(&'a self, doc: &'a InputDoc<'a>) -> Option<Val<'a>> {
-        let strings = |a: &'a Term, b: &'a Term| -> Option<(Val<'a>, Val<'a>)> {
-            let (x, y) = (a.eval(doc)?, b.eval(doc)?);
+    fn eval<'e>(&'e self, env: Env<'e, '_>) -> Option<Val<'e>> {
+        let strings = |a: &'e Term, b: &'e Term| -> Option<(Val<'e>, Val<'e>)> {
+            let (x, y) = (a.eval(env)?, b.eval(env)?);
             (x.as_str().is_some() && y.as_str().is_some()).then_some((x, y))
         };
         match self {
@@ -142,66 +169,58 @@ impl Call {
                 Some(Val::Bool(x.as_str()?.contains(y.as_str()?)))
             }
             Call::RegexMatch(re, t) => {
-                let v = t.eval(doc)?;
+                let v = t.eval(env)?;
                 Some(Val::Bool(re.is_match(v.as_str()?)))
             }
             Call::Count(t) => {
-                let n = t.eval(doc)?.count()?;
+                let n = t.eval(env)?.count()?;
                 Some(Val::Num(Num::Int(n as i128)))
             }
-            Call::Lower(t) => Some(Val::Str(Cow::Owned(t.eval(doc)?.as_str()?.to_lowercase()))),
-            Call::Upper(t) => Some(Val::Str(Cow::Owned(t.eval(doc)?.as_str()?.to_uppercase()))),
+            Call::Lower(t) => Some(Val::Str(Cow::Owned(t.eval(env)?.as_str()?.to_lowercase()))),
+            Call::Upper(t) => Some(Val::Str(Cow::Owned(t.eval(env)?.as_str()?.to_uppercase()))),
         }
     }
 }
 
 impl Cond {
-    pub(crate) fn holds(&self, doc: &InputDoc<'_>) -> bool {
+    pub(crate) fn holds(&self, env: Env<'_, '_>) -> bool {
         match self {
             Cond::Cmp(op, l, r) => {
-                let (Some(a), Some(b)) = (l.eval(doc), r.eval(doc)) else {
+                let (Some(a), Some(b)) = (l.eval(env), r.eval(env)) else {
                     return false;
                 };
-                let o = a.cmp(&b);
-                match op {
-                    CmpOp::Eq => o.is_eq(),
-                    CmpOp::Ne => o.is_ne(),
-                    CmpOp::Lt => o.is_lt(),
-                    CmpOp::Le => o.is_le(),
-                    CmpOp::Gt => o.is_gt(),
-                    CmpOp::Ge => o.is_ge(),
-                }
+                op.holds(a.cmp(&b))
             }
             Cond::Member(item, coll) => {
-                let (Some(x), Some(c)) = (item.eval(doc), coll.eval(doc)) else {
+                let (Some(x), Some(c)) = (item.eval(env), coll.eval(env)) else {
                     return false;
                 };
                 c.contains_member(&x).unwrap_or(false)
             }
-            Cond::Truthy(t) => t.eval(doc).is_some_and(|v| v.is_truthy()),
-            Cond::Defined(t) => t.eval(doc).is_some(),
-            Cond::Not(c) => !c.holds(doc),
-            Cond::AnyOf(bodies) => bodies.iter().any(|b| b.holds(doc)),
+            Cond::Truthy(t) => t.eval(env).is_some_and(|v| v.is_truthy()),
+            Cond::Defined(t) => t.eval(env).is_some(),
+            Cond::Not(c) => !c.holds(env),
+            Cond::AnyOf(bodies) => bodies.iter().any(|b| b.holds(env)),
         }
     }
 }
 
 impl Body {
-    pub(crate) fn holds(&self, doc: &InputDoc<'_>) -> bool {
-        self.0.iter().all(|c| c.holds(doc))
+    pub(crate) fn holds(&self, env: Env<'_, '_>) -> bool {
+        self.0.iter().all(|c| c.holds(env))
     }
 }
 
 impl Output {
     /// Evaluates the rule: `Ok(None)` when undefined.
-    pub(crate) fn eval<'a>(&'a self, doc: &'a InputDoc<'a>) -> Result<Option<Val<'a>>, Conflict> {
-        let mut found: Option<Val<'a>> = None;
+    pub(crate) fn eval<'e>(&'e self, env: Env<'e, '_>) -> Result<Option<Val<'e>>, Conflict> {
+        let mut found: Option<Val<'e>> = None;
         for def in &self.definitions {
             let Some(v) = def
                 .alternatives
                 .iter()
-                .find(|(body, _)| body.holds(doc))
-                .and_then(|(_, value)| value.eval(doc))
+                .find(|(body, _)| body.holds(env))
+                .and_then(|(_, value)| value.eval(env))
             else {
                 continue;
             };
@@ -213,21 +232,21 @@ impl Output {
         }
         match found {
             Some(v) => Ok(Some(v)),
-            None => Ok(self.default.as_ref().and_then(|d| d.eval(doc))),
+            None => Ok(self.default.as_ref().and_then(|d| d.eval(env))),
         }
     }
 
     /// Index keys: for every way the rule can be defined, a path of `input`
     /// and the scalar literals it must equal. `None` when some way is not
     /// pinned so (or there is a default), and the rule must always be tried.
-    pub(crate) fn index_keys(&self) -> Option<Vec<(PathKey, Vec<Value>)>> {
+    pub(crate) fn index_keys(&self, paths: &[PathKey]) -> Option<Vec<(PathKey, Vec<Value>)>> {
         if self.default.is_some() || self.definitions.is_empty() {
             return None;
         }
         let mut keys = Vec::new();
         for def in &self.definitions {
             for (body, _) in &def.alternatives {
-                keys.push(body.0.iter().find_map(Cond::pinned)?);
+                keys.push(body.0.iter().find_map(|c| c.pinned(paths))?);
             }
         }
         Some(keys)
@@ -239,9 +258,9 @@ pub(crate) type PathKey = (Root, Box<[Seg]>);
 
 impl Cond {
     /// `path == scalar` or `path in {scalars}`: the path and the literals.
-    fn pinned(&self) -> Option<(PathKey, Vec<Value>)> {
+    fn pinned(&self, paths: &[PathKey]) -> Option<(PathKey, Vec<Value>)> {
         let path = |t: &Term| match t {
-            Term::Path { root, segs } => Some((*root, segs.clone())),
+            Term::Path(local) => paths.get(*local as usize).cloned(),
             _ => None,
         };
         let scalars = |items: &[Value]| {
