@@ -128,6 +128,14 @@ impl<'a> InputDoc<'a> {
         }
     }
 
+    /// Caches `value` as the value of slot `slot` (found by walking its
+    /// parent; see `decide::prefetch`). A slot already resolved is kept.
+    pub(crate) fn fill(&self, slot: u32, value: Val<'a>) {
+        if let Some(cell) = self.paths.get(slot as usize) {
+            let _already_resolved = cell.set(Some(value));
+        }
+    }
+
     /// As [`InputDoc::path`], borrowing the cached value.
     pub(crate) fn path_ref(&self, slot: u32, path: &PathKey) -> Option<&Val<'a>> {
         self.paths

@@ -162,6 +162,20 @@ impl Guards {
         }
     }
 
+    /// The slots every test of rule `rule`'s guard reads.
+    pub(crate) fn slots(&self, rule: u32) -> impl Iterator<Item = u32> + '_ {
+        let bodies = match self.rules.get(rule as usize) {
+            Some(&Some((first, last))) => &self.bodies[first as usize..last as usize],
+            _ => &[],
+        };
+        bodies
+            .iter()
+            .flat_map(|&(start, end)| &self.tests[start as usize..end as usize])
+            .map(|t| match *t {
+                Test::Cmp { slot, .. } | Test::Str { slot, .. } | Test::In { slot, .. } => slot,
+            })
+    }
+
     /// Whether rule `rule` can match `doc` (`paths` is the set's path table).
     pub(crate) fn may_match(&self, rule: u32, doc: &InputDoc<'_>, paths: &[PathKey]) -> bool {
         let Some(&Some((first, last))) = self.rules.get(rule as usize) else {

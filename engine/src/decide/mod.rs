@@ -6,6 +6,7 @@
 //! path, share it behind an `Arc`, and swap it whole when the bundle changes.
 
 mod guard;
+mod prefetch;
 mod rule;
 mod verdict;
 
@@ -31,6 +32,7 @@ use crate::model::{
     NoCoverageValue, ReasonCode, RetrievalInput, TrustTier,
 };
 use guard::Guards;
+use prefetch::Prefetch;
 
 /// The agent a policy set governs.
 #[derive(Debug, Clone, PartialEq)]
@@ -118,6 +120,8 @@ pub struct PolicySet {
     slots: Vec<Box<[u32]>>,
     /// Each rule's necessary conditions, checked before the rule is touched.
     guards: Guards,
+    /// Sibling paths every action request reads, resolved in one walk.
+    prefetch: Prefetch,
     action: FacetRules,
     retrieval: Vec<u32>,
     delegation: Vec<u32>,
@@ -182,6 +186,16 @@ impl PolicySet {
                 delegation.push(i);
             }
         }
+        // Read on every action request: the index's paths, and the guards of
+        // the rules every request is checked against.
+        let hot = action.by_path.iter().map(|p| p.slot).chain(
+            action
+                .unscoped
+                .iter()
+                .flat_map(|&i| guards.slots(i))
+                .collect::<Vec<_>>(),
+        );
+        let prefetch = Prefetch::new(&paths.paths, hot);
         let modes = Facet::ALL.map(|f| {
             crate::model::resolve_mode(f, &agent.mode_by_operation, Some(agent.mode), agent.mode)
         });
@@ -191,6 +205,7 @@ impl PolicySet {
             paths: paths.paths,
             slots,
             guards,
+            prefetch,
             action,
             retrieval,
             delegation,
@@ -233,6 +248,7 @@ impl PolicySet {
             },
             self.paths.len(),
         );
+        self.prefetch.run(&doc);
         let mut hits = Vec::new();
         for index in &self.action.by_path {
             index.collect(&doc, &mut hits);
@@ -353,7 +369,7 @@ impl PolicySet {
             self.action.by_app.get(app).map_or(empty, Vec::as_slice),
             hits,
         ];
-        Merge { lists, pos: [0; 3] }
+        Merge::new(lists)
     }
 
     /// A matched action or delegation rule's verdict, in enforce form.
@@ -584,24 +600,49 @@ impl PathTable {
 
 /// Merges up to three ascending index lists (each rule is in at most one).
 struct Merge<'s> {
+    /// The lists not yet exhausted, first `live` of them.
     lists: [&'s [u32]; 3],
-    pos: [usize; 3],
+    live: usize,
+}
+
+impl<'s> Merge<'s> {
+    fn new(lists: [&'s [u32]; 3]) -> Merge<'s> {
+        let mut m = Merge {
+            lists: [&[]; 3],
+            live: 0,
+        };
+        for list in lists.into_iter().filter(|l| !l.is_empty()) {
+            m.lists[m.live] = list;
+            m.live += 1;
+        }
+        m
+    }
 }
 
 impl Iterator for Merge<'_> {
     type Item = u32;
 
+    #[inline]
     fn next(&mut self) -> Option<u32> {
-        let mut best: Option<(usize, u32)> = None;
-        for (k, list) in self.lists.iter().enumerate() {
-            if let Some(&v) = list.get(self.pos[k])
-                && best.is_none_or(|(_, b)| v < b)
-            {
-                best = Some((k, v));
-            }
+        // Usually one list is live (the unscoped rules, or one app's): no
+        // comparison is needed then.
+        let k = match self.live {
+            0 => return None,
+            1 => 0,
+            n => (1..n).fold(0, |best, k| {
+                if self.lists[k][0] < self.lists[best][0] {
+                    k
+                } else {
+                    best
+                }
+            }),
+        };
+        let (&v, rest) = self.lists[k].split_first()?;
+        self.lists[k] = rest;
+        if rest.is_empty() {
+            self.lists[k..self.live].rotate_left(1);
+            self.live -= 1;
         }
-        let (k, v) = best?;
-        self.pos[k] += 1;
         Some(v)
     }
 }
@@ -609,6 +650,16 @@ impl Iterator for Merge<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn merge_yields_every_list_in_ascending_order() {
+        let (a, b, c) = ([1, 4, 9], [2, 3, 10, 11], [0, 5]);
+        let merged: Vec<u32> = Merge::new([&a, &b, &c]).collect();
+        assert_eq!(merged, [0, 1, 2, 3, 4, 5, 9, 10, 11]);
+        let one: Vec<u32> = Merge::new([&[], &b, &[]]).collect();
+        assert_eq!(one, b);
+        assert_eq!(Merge::new([&[], &[], &[]]).count(), 0);
+    }
 
     /// Guards the contract the sidecar relies on: one `PolicySet` is shared by
     /// every worker thread behind an `Arc`, with no lock.

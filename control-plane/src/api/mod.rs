@@ -1,0 +1,5 @@
+//! HTTP handlers, one module per resource. Handlers stay short: extract,
+//! call a service function, map to the response.
+
+pub mod keys;
+pub mod ops;

@@ -1,0 +1,138 @@
+//! The server: shared state, the middleware stack, and [`serve`].
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use axum::Router;
+use axum::extract::{MatchedPath, Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, TimeDelta, Utc};
+use tokio::net::TcpListener;
+
+use crate::config::Config;
+use crate::error::ApiError;
+use crate::limit::{MemoryLimiter, RateLimiter, RedisLimiter};
+use crate::metrics::Metrics;
+use crate::store::{self, ApiKey, KeyId, Store};
+
+/// Management-key use of `/api/...` updates `last_used_at` at most this often.
+const API_TOUCH_INTERVAL: TimeDelta = TimeDelta::seconds(60);
+
+/// What every handler can reach.
+#[derive(Clone)]
+pub struct AppState {
+    pub store: Arc<dyn Store>,
+    pub limiter: Arc<dyn RateLimiter>,
+    /// Set when the limiter is Redis, for readiness.
+    pub redis: Option<RedisLimiter>,
+    pub metrics: Arc<Metrics>,
+    pub config: Arc<Config>,
+    /// When each key last had `last_used_at` written for an `/api/...` call.
+    api_touches: Arc<Mutex<HashMap<KeyId, DateTime<Utc>>>>,
+}
+
+impl AppState {
+    /// Opens the store (running migrations) and the limiter `config` names.
+    pub async fn open(config: Config) -> anyhow::Result<AppState> {
+        if let Some(path) = config.sqlite_path()
+            && let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
+        {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| anyhow::anyhow!("cannot create data dir {}: {e}", dir.display()))?;
+        }
+        let store = store::open(&config.database_url).await?;
+        let (limiter, redis): (Arc<dyn RateLimiter>, _) = match &config.redis_url {
+            Some(url) => {
+                let redis = RedisLimiter::connect(url, config.rate_limit).await?;
+                (Arc::new(redis.clone()), Some(redis))
+            }
+            None => (Arc::new(MemoryLimiter::new(config.rate_limit)), None),
+        };
+        Ok(AppState {
+            store,
+            limiter,
+            redis,
+            metrics: Arc::new(Metrics::new()),
+            config: Arc::new(config),
+            api_touches: Arc::default(),
+        })
+    }
+
+    /// Records that `key` was used for `path` (spec 2.1 "Last Used"): on
+    /// every request, except `/api/...`, where at most once per 60 s. The
+    /// write happens off the request path.
+    pub fn touch(&self, key: &ApiKey, path: &str, now: DateTime<Utc>) {
+        if path.starts_with("/api/") {
+            let Ok(mut seen) = self.api_touches.lock() else {
+                return;
+            };
+            if seen
+                .get(&key.id)
+                .is_some_and(|t| now - *t < API_TOUCH_INTERVAL)
+            {
+                return;
+            }
+            seen.insert(key.id, now);
+        }
+        let (store, id) = (self.store.clone(), key.id);
+        tokio::spawn(async move {
+            if let Err(e) = store.touch_key(id, now).await {
+                tracing::warn!(error = %e, "could not record key use");
+            }
+        });
+    }
+}
+
+/// The whole application: routes, then the layers every request passes.
+pub fn router(state: AppState) -> Router {
+    crate::routes::build(state.clone())
+        .fallback(|| async { ApiError::NotFound })
+        // Outermost: count and time every request by its route template.
+        .layer(axum::middleware::from_fn_with_state(state.clone(), observe))
+        // A panic in a handler becomes a 500 envelope instead of a dropped connection.
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_| {
+            ApiError::Internal("handler panicked".into()).into_response()
+        }))
+        .with_state(state)
+}
+
+/// Serves `state` on `listener` until `shutdown` resolves.
+pub async fn serve(
+    state: AppState,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let addr = listener.local_addr()?;
+    tracing::info!(%addr, database = %crate::config::redact_url(&state.config.database_url), "listening on {addr}");
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown)
+        .await?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Metrics and the access log, by route template (never the raw path, which
+/// may hold ids; never headers, which hold keys).
+async fn observe(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let start = Instant::now();
+    let method = req.method().clone();
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let response = next.run(req).await;
+    let status = response.status();
+    let elapsed = start.elapsed();
+    state
+        .metrics
+        .observe(method.as_str(), &route, status.as_u16(), elapsed);
+    if status.is_server_error() {
+        tracing::warn!(%method, route, status = status.as_u16(), ms = elapsed.as_secs_f64() * 1e3, "request");
+    } else {
+        tracing::info!(%method, route, status = status.as_u16(), ms = elapsed.as_secs_f64() * 1e3, "request");
+    }
+    response
+}

@@ -1,0 +1,172 @@
+//! Authentication and authorization (spec §5): who the caller is, and
+//! whether the route they asked for admits them.
+//!
+//! A route's requirement ([`Access`]) is declared once, in the route table
+//! (`crate::routes`). The `authorize` middleware runs, in order:
+//! authenticate (401) → rate limit (429/503, and the rate headers on every
+//! authenticated response) → harness allowlist (403) → permission (403) →
+//! scope (403). Handlers receive the [`Caller`] as an extractor.
+
+mod key;
+mod permission;
+
+use std::sync::Arc;
+
+use axum::extract::{FromRequestParts, Request, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, Utc};
+
+pub use key::{
+    AGENT_KEY_PREFIX, NewSecret, display, generate, hash, hashes_match, prefix, well_formed,
+};
+pub use permission::{
+    Audience, Environment, Permission, Scope, exceeded, parse_list, scopes_satisfy,
+};
+
+use crate::app::AppState;
+use crate::error::ApiError;
+use crate::limit::Verdict as LimitVerdict;
+use crate::store::{ApiKey, KeyStatus};
+
+/// What a route requires of its caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Access {
+    /// The caller needs one of these permissions (empty: none).
+    pub permissions: &'static [Permission],
+    /// The caller's scopes must include one of these (empty: none).
+    pub scopes: &'static [Scope],
+    /// On the harness allowlist of spec §5.2: harness keys may call it, with
+    /// full power (no permission or scope check).
+    pub harness: bool,
+}
+
+/// The authenticated caller of a request.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub key: Arc<ApiKey>,
+}
+
+impl Caller {
+    /// Whether the caller holds `p` (harness keys hold none).
+    pub fn holds(&self, p: Permission) -> bool {
+        self.key.permissions.contains(&p)
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Caller, ApiError> {
+        // Set by `authorize`; a handler on a public route asking for a caller
+        // is a programming error, answered as unauthenticated.
+        parts
+            .extensions
+            .get::<Caller>()
+            .cloned()
+            .ok_or(ApiError::Unauthenticated)
+    }
+}
+
+/// The bearer token of a request, if it carries one.
+pub fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
+/// Finds the key a request presents and checks that it is alive at `now`.
+pub async fn authenticate(
+    state: &AppState,
+    headers: &HeaderMap,
+    now: DateTime<Utc>,
+) -> Result<ApiKey, ApiError> {
+    let token = bearer(headers).ok_or(ApiError::Unauthenticated)?;
+    if !well_formed(token) {
+        return Err(ApiError::InvalidKey);
+    }
+    let digest = hash(token);
+    let key = state
+        .store
+        .key_by_hash(&digest)
+        .await?
+        .ok_or(ApiError::InvalidKey)?;
+    // The lookup was by hash; compare again in constant time so that no
+    // code path compares secrets with an early exit.
+    if !hashes_match(&key.hash, &digest) {
+        return Err(ApiError::InvalidKey);
+    }
+    match key.status(now) {
+        KeyStatus::Active | KeyStatus::Retiring => Ok(key),
+        KeyStatus::Expired => Err(ApiError::KeyExpired),
+        KeyStatus::Revoked => Err(ApiError::InvalidKey),
+    }
+}
+
+/// Checks a caller against a route's requirement (after authentication).
+pub fn admit(key: &ApiKey, access: &Access) -> Result<(), ApiError> {
+    match key.audience {
+        Audience::Harness if access.harness => return Ok(()),
+        Audience::Harness => return Err(ApiError::HarnessKeyNotPermitted),
+        Audience::Management => {}
+    }
+    if let Some(first) = access.permissions.first()
+        && !access
+            .permissions
+            .iter()
+            .any(|p| key.permissions.contains(p))
+    {
+        return Err(ApiError::InsufficientPermission(*first));
+    }
+    if !scopes_satisfy(&key.scopes, access.scopes) {
+        return Err(ApiError::InsufficientScope {
+            required: access.scopes.to_vec(),
+            granted: key.scopes.clone(),
+        });
+    }
+    Ok(())
+}
+
+/// The middleware every authenticated route runs (see the module docs).
+pub async fn authorize(
+    State((state, access)): State<(AppState, Access)>,
+    mut req: Request,
+    next: Next,
+) -> Response {
+    let now = Utc::now();
+    let key = match authenticate(&state, req.headers(), now).await {
+        Ok(key) => key,
+        Err(e) => return e.into_response(),
+    };
+    let limit = match state.limiter.check(key.id, now).await {
+        Ok(v) => v,
+        Err(e) => {
+            tracing::warn!(error = %e, "rate limiter unavailable");
+            return ApiError::LimiterUnavailable {
+                retry_after_secs: 1,
+            }
+            .into_response();
+        }
+    };
+    let mut response = if !limit.allowed {
+        ApiError::RateLimited {
+            retry_after_secs: limit.retry_after_secs,
+        }
+        .into_response()
+    } else if let Err(e) = admit(&key, &access) {
+        e.into_response()
+    } else {
+        state.touch(&key, req.uri().path(), now);
+        req.extensions_mut().insert(Caller { key: Arc::new(key) });
+        next.run(req).await
+    };
+    rate_headers(response.headers_mut(), &limit);
+    response
+}
+
+fn rate_headers(headers: &mut HeaderMap, v: &LimitVerdict) {
+    headers.insert("x-ratelimit-limit", HeaderValue::from(v.limit));
+    headers.insert("x-ratelimit-remaining", HeaderValue::from(v.remaining));
+}

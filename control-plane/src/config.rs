@@ -1,0 +1,295 @@
+//! Configuration in two stages: [`RawConfig`] mirrors the file and the
+//! environment (every field optional), [`Config`] is validated, with real
+//! types and defaults. Precedence: defaults < file < environment < flags.
+//!
+//! The environment is read through an injected lookup so tests never touch
+//! the process environment.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// `WARDEN_LISTEN`: the API's address (default `127.0.0.1:8080`).
+pub const ENV_LISTEN: &str = "WARDEN_LISTEN";
+/// `WARDEN_DATABASE_URL`: `sqlite:PATH` or `postgres://…` (default: SQLite
+/// `warden.db` in the data dir).
+pub const ENV_DATABASE_URL: &str = "WARDEN_DATABASE_URL";
+/// `WARDEN_DATA_DIR`: where the default SQLite file lives (default `./warden-data`).
+pub const ENV_DATA_DIR: &str = "WARDEN_DATA_DIR";
+/// `WARDEN_REDIS_URL`: a Redis shared by replicas for rate limiting (optional).
+pub const ENV_REDIS_URL: &str = "WARDEN_REDIS_URL";
+/// `WARDEN_LOG_FORMAT`: `json` (default) or `text`.
+pub const ENV_LOG_FORMAT: &str = "WARDEN_LOG_FORMAT";
+
+/// The configuration file's shape (TOML) and the environment's.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    pub listen: Option<String>,
+    pub database_url: Option<String>,
+    pub data_dir: Option<String>,
+    pub redis_url: Option<String>,
+    pub log_format: Option<String>,
+    /// Requests per window per key (default 600).
+    pub rate_limit_requests: Option<u32>,
+    /// The sliding window in seconds (default 60).
+    pub rate_limit_window_secs: Option<u64>,
+    /// The largest request body accepted, in bytes (default 1 MiB).
+    pub max_body_bytes: Option<usize>,
+}
+
+impl RawConfig {
+    /// Parses a TOML file's text.
+    pub fn from_toml(text: &str) -> Result<RawConfig, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError(format!("config file: {e}")))
+    }
+
+    /// Reads the `WARDEN_*` variables through `env`.
+    pub fn from_env(env: &dyn Fn(&str) -> Option<String>) -> RawConfig {
+        RawConfig {
+            listen: env(ENV_LISTEN),
+            database_url: env(ENV_DATABASE_URL),
+            data_dir: env(ENV_DATA_DIR),
+            redis_url: env(ENV_REDIS_URL),
+            log_format: env(ENV_LOG_FORMAT),
+            ..RawConfig::default()
+        }
+    }
+
+    /// `self` with every field `over` sets replaced.
+    pub fn overlay(self, over: RawConfig) -> RawConfig {
+        RawConfig {
+            listen: over.listen.or(self.listen),
+            database_url: over.database_url.or(self.database_url),
+            data_dir: over.data_dir.or(self.data_dir),
+            redis_url: over.redis_url.or(self.redis_url),
+            log_format: over.log_format.or(self.log_format),
+            rate_limit_requests: over.rate_limit_requests.or(self.rate_limit_requests),
+            rate_limit_window_secs: over.rate_limit_window_secs.or(self.rate_limit_window_secs),
+            max_body_bytes: over.max_body_bytes.or(self.max_body_bytes),
+        }
+    }
+}
+
+/// How logs are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Json,
+    Text,
+}
+
+/// A configuration problem, said plainly.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+/// The validated configuration.
+#[derive(Clone)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub database_url: String,
+    pub data_dir: PathBuf,
+    pub redis_url: Option<String>,
+    pub log_format: LogFormat,
+    pub rate_limit: RateLimit,
+    pub max_body_bytes: usize,
+}
+
+/// The per-key sliding window (spec §8: 600 requests per 60 s).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateLimit {
+    pub requests: u32,
+    pub window: Duration,
+}
+
+impl Default for RateLimit {
+    fn default() -> RateLimit {
+        RateLimit {
+            requests: 600,
+            window: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Default request body limit: 1 MiB (a rule's source is at most 100,000
+/// characters; telemetry batches are at most 100 items of 32 KB context,
+/// which the telemetry route raises its own limit for).
+pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
+
+impl std::fmt::Debug for Config {
+    /// Database and Redis URLs may carry passwords: only their scheme shows.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("listen", &self.listen)
+            .field("database_url", &redact_url(&self.database_url))
+            .field("data_dir", &self.data_dir)
+            .field("redis_url", &self.redis_url.as_deref().map(redact_url))
+            .field("log_format", &self.log_format)
+            .field("rate_limit", &self.rate_limit)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .finish()
+    }
+}
+
+/// The scheme of a URL, the rest hidden (URLs may carry credentials).
+pub fn redact_url(url: &str) -> String {
+    match url.split_once(':') {
+        Some((scheme, _)) => format!("{scheme}:…"),
+        None => "…".to_owned(),
+    }
+}
+
+impl Config {
+    /// Validates `raw`, filling defaults.
+    pub fn from_raw(raw: RawConfig) -> Result<Config, ConfigError> {
+        let listen = raw.listen.as_deref().unwrap_or("127.0.0.1:8080");
+        let listen: SocketAddr = listen
+            .parse()
+            .map_err(|_| ConfigError(format!("listen address `{listen}` is not HOST:PORT")))?;
+        let data_dir = PathBuf::from(raw.data_dir.as_deref().unwrap_or("./warden-data"));
+        let database_url = match raw.database_url {
+            Some(url)
+                if url.starts_with("sqlite:")
+                    || url.starts_with("postgres://")
+                    || url.starts_with("postgresql://") =>
+            {
+                url
+            }
+            Some(url) => {
+                return Err(ConfigError(format!(
+                    "database URL must start with sqlite: or postgres://, got {}",
+                    redact_url(&url)
+                )));
+            }
+            None => format!("sqlite://{}", data_dir.join("warden.db").display()),
+        };
+        let redis_url = match raw.redis_url.filter(|u| !u.is_empty()) {
+            Some(url) if url.starts_with("redis://") || url.starts_with("rediss://") => Some(url),
+            Some(url) => {
+                return Err(ConfigError(format!(
+                    "Redis URL must start with redis:// or rediss://, got {}",
+                    redact_url(&url)
+                )));
+            }
+            None => None,
+        };
+        let log_format = match raw.log_format.as_deref().unwrap_or("json") {
+            "json" => LogFormat::Json,
+            "text" => LogFormat::Text,
+            other => {
+                return Err(ConfigError(format!(
+                    "log format must be json or text, got `{other}`"
+                )));
+            }
+        };
+        let requests = raw.rate_limit_requests.unwrap_or(600);
+        let window_secs = raw.rate_limit_window_secs.unwrap_or(60);
+        if requests == 0 || window_secs == 0 {
+            return Err(ConfigError(
+                "rate limit requests and window must be positive".into(),
+            ));
+        }
+        let max_body_bytes = raw.max_body_bytes.unwrap_or(DEFAULT_MAX_BODY_BYTES);
+        if max_body_bytes < 1024 {
+            return Err(ConfigError("max_body_bytes must be at least 1024".into()));
+        }
+        Ok(Config {
+            listen,
+            database_url,
+            data_dir,
+            redis_url,
+            log_format,
+            rate_limit: RateLimit {
+                requests,
+                window: Duration::from_secs(window_secs),
+            },
+            max_body_bytes,
+        })
+    }
+
+    /// Whether the database is the default-style SQLite file (whose
+    /// directory must exist before it is opened).
+    pub fn sqlite_path(&self) -> Option<PathBuf> {
+        let path = self
+            .database_url
+            .strip_prefix("sqlite://")
+            .or_else(|| self.database_url.strip_prefix("sqlite:"))?;
+        let path = path.split('?').next().unwrap_or(path);
+        (!path.is_empty() && path != ":memory:").then(|| PathBuf::from(path))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let pairs: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).into(), (*v).into()))
+            .collect();
+        move |k| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
+    }
+
+    #[test]
+    fn defaults_are_the_embedded_setup() {
+        let c = Config::from_raw(RawConfig::default()).unwrap();
+        assert_eq!(c.listen.to_string(), "127.0.0.1:8080");
+        assert_eq!(c.database_url, "sqlite://./warden-data/warden.db");
+        assert_eq!(c.rate_limit, RateLimit::default());
+        assert!(c.redis_url.is_none());
+    }
+
+    #[test]
+    fn environment_overrides_the_file_and_flags_override_both() {
+        let file =
+            RawConfig::from_toml("listen = \"127.0.0.1:1\"\nrate_limit_requests = 5").unwrap();
+        let from_env = RawConfig::from_env(&env(&[
+            (ENV_LISTEN, "127.0.0.1:2"),
+            (ENV_DATA_DIR, "/tmp/w"),
+        ]));
+        let flags = RawConfig {
+            listen: Some("127.0.0.1:0".into()),
+            ..RawConfig::default()
+        };
+        let c = Config::from_raw(file.overlay(from_env).overlay(flags)).unwrap();
+        assert_eq!(c.listen.port(), 0);
+        assert_eq!(c.rate_limit.requests, 5);
+        assert_eq!(c.database_url, "sqlite:///tmp/w/warden.db");
+    }
+
+    #[test]
+    fn bad_values_are_refused_plainly() {
+        let bad = |raw: RawConfig| Config::from_raw(raw).unwrap_err().0;
+        assert!(
+            bad(RawConfig {
+                listen: Some("nope".into()),
+                ..Default::default()
+            })
+            .contains("HOST:PORT")
+        );
+        let msg = bad(RawConfig {
+            database_url: Some("mysql://u:secret@h/db".into()),
+            ..Default::default()
+        });
+        assert!(!msg.contains("secret"), "{msg}");
+        assert!(RawConfig::from_toml("unknown_field = 1").is_err());
+    }
+
+    #[test]
+    fn debug_hides_credentials() {
+        let c = Config::from_raw(RawConfig {
+            database_url: Some("postgres://warden:s3cret@db/warden".into()),
+            redis_url: Some("redis://:pw@cache".into()),
+            ..Default::default()
+        })
+        .unwrap();
+        let shown = format!("{c:?}");
+        assert!(
+            !shown.contains("s3cret") && !shown.contains(":pw@"),
+            "{shown}"
+        );
+    }
+}

@@ -1,0 +1,93 @@
+//! Prometheus metrics: request counts and latency by route and status.
+
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct RequestLabels {
+    method: String,
+    route: String,
+    status: u16,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct RouteLabels {
+    method: String,
+    route: String,
+}
+
+/// The server's metrics and their registry.
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    latency: Family<RouteLabels, Histogram>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("warden");
+        let requests = Family::<RequestLabels, Counter>::default();
+        // 100 µs to ~3 s.
+        let latency = Family::<RouteLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.0001, 2.0, 16))
+        });
+        registry.register(
+            "http_requests",
+            "HTTP requests by route and status",
+            requests.clone(),
+        );
+        registry.register(
+            "http_request_duration_seconds",
+            "HTTP request latency by route",
+            latency.clone(),
+        );
+        Metrics {
+            registry,
+            requests,
+            latency,
+        }
+    }
+
+    /// Counts one request.
+    pub fn observe(&self, method: &str, route: &str, status: u16, elapsed: Duration) {
+        self.requests
+            .get_or_create(&RequestLabels {
+                method: method.to_owned(),
+                route: route.to_owned(),
+                status,
+            })
+            .inc();
+        self.latency
+            .get_or_create(&RouteLabels {
+                method: method.to_owned(),
+                route: route.to_owned(),
+            })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// The OpenMetrics text.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+}

@@ -1,0 +1,115 @@
+//! The route table: every route, its handler and what it requires of its
+//! caller, in one place. The router is built from it, the authorization
+//! middleware reads each route's [`Access`] from it, and tests walk it.
+
+use axum::Router;
+use axum::http::Method;
+use axum::routing::{MethodRouter, delete, get, post};
+
+use crate::api::{keys, ops};
+use crate::app::AppState;
+use crate::auth::{self, Access, Permission as P};
+use crate::extract::BodyLimit;
+
+/// One route of the API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RouteDef {
+    pub method: &'static str,
+    /// axum's (and OpenAPI's) template, `{id}` for parameters.
+    pub path: &'static str,
+    /// `None`: public (operational endpoints).
+    pub access: Option<Access>,
+}
+
+const KEY_ADMIN: &[P] = &[P::ApiKeysCreate, P::ApiKeysRotate, P::ApiKeysDelete];
+
+/// Any authenticated key (harness keys too), no permission or scope.
+const ANY_KEY: Access = Access {
+    permissions: &[],
+    scopes: &[],
+    harness: true,
+};
+
+const fn management(permissions: &'static [P]) -> Access {
+    Access {
+        permissions,
+        scopes: &[],
+        harness: false,
+    }
+}
+
+fn table() -> Vec<(RouteDef, MethodRouter<AppState>)> {
+    let def = |method, path, access| RouteDef {
+        method,
+        path,
+        access,
+    };
+    vec![
+        (def("GET", "/healthz", None), get(ops::healthz)),
+        (def("GET", "/readyz", None), get(ops::readyz)),
+        (def("GET", "/metrics", None), get(ops::metrics)),
+        (def("GET", "/openapi.json", None), get(ops::openapi)),
+        (
+            def("POST", "/api/keys", Some(management(&[P::ApiKeysCreate]))),
+            post(keys::create),
+        ),
+        (
+            def("GET", "/api/keys", Some(management(KEY_ADMIN))),
+            get(keys::list),
+        ),
+        (
+            def("GET", "/api/keys/{id}", Some(management(KEY_ADMIN))),
+            get(keys::get),
+        ),
+        (
+            def(
+                "DELETE",
+                "/api/keys/{id}",
+                Some(management(&[P::ApiKeysDelete])),
+            ),
+            delete(keys::delete),
+        ),
+        (
+            def(
+                "POST",
+                "/api/keys/{id}/rotate",
+                Some(management(&[P::ApiKeysRotate])),
+            ),
+            post(keys::rotate),
+        ),
+        (
+            def("POST", "/allow/self/revoke", Some(ANY_KEY)),
+            post(keys::self_revoke),
+        ),
+        (
+            def("POST", "/api/allow/self/revoke", Some(ANY_KEY)),
+            post(keys::self_revoke_api),
+        ),
+    ]
+}
+
+/// Every route (for tests and documentation).
+pub fn route_table() -> Vec<RouteDef> {
+    table().into_iter().map(|(d, _)| d).collect()
+}
+
+/// The router: each route with its authorization and body limit.
+pub fn build(state: AppState) -> Router<AppState> {
+    let limit = state.config.max_body_bytes;
+    table()
+        .into_iter()
+        .fold(Router::new(), |router, (def, handler)| {
+            debug_assert!(Method::from_bytes(def.method.as_bytes()).is_ok());
+            let handler = match def.access {
+                Some(access) => handler.layer(axum::middleware::from_fn_with_state(
+                    (state.clone(), access),
+                    auth::authorize,
+                )),
+                None => handler,
+            };
+            let handler: MethodRouter<AppState> = handler
+                .layer::<_, std::convert::Infallible>(axum::extract::DefaultBodyLimit::max(limit))
+                .layer::<_, std::convert::Infallible>(axum::Extension(BodyLimit(limit)));
+            router.route(def.path, handler)
+        })
+}

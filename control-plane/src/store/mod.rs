@@ -1,0 +1,232 @@
+//! Storage: one interface, two backends (SQLite, the embedded default, and
+//! PostgreSQL for several replicas). Only this module knows SQL.
+//!
+//! Every row carries its organization, and every read that takes an id also
+//! takes the organization: another organization's row is simply not found.
+
+mod postgres;
+mod rows;
+mod sql;
+mod sqlite;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use uuid::Uuid;
+
+use crate::auth::{Audience, Environment, Permission, Scope};
+
+pub use postgres::PostgresStore;
+pub use sqlite::SqliteStore;
+
+/// An organization (tenant). Its id is the `vendor_id` every row carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub struct OrgId(pub Uuid);
+
+/// An API key's row id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub struct KeyId(pub Uuid);
+
+/// An organization.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Organization {
+    pub id: OrgId,
+    pub name: String,
+    pub created_at: DateTime<Utc>,
+}
+
+/// A stored API key (never the plaintext).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiKey {
+    pub id: KeyId,
+    pub org: OrgId,
+    pub name: String,
+    /// SHA-256 of the plaintext, hex.
+    pub hash: String,
+    /// First 16 characters and asterisks.
+    pub display: String,
+    pub audience: Audience,
+    pub environment: Environment,
+    pub permissions: Vec<Permission>,
+    pub scopes: Vec<Scope>,
+    /// For agent keys (`allow_…`): the agent they act as.
+    pub agent_id: Option<String>,
+    /// The key that created this one (`None` for keys made by the CLI).
+    pub created_by: Option<KeyId>,
+    pub created_at: DateTime<Utc>,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub revoked_at: Option<DateTime<Utc>>,
+    pub replaced_by: Option<KeyId>,
+    pub last_used_at: Option<DateTime<Utc>>,
+}
+
+/// Where a key stands at a moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KeyStatus {
+    Active,
+    /// Rotated, still accepted until its grace ends.
+    Retiring,
+    Expired,
+    Revoked,
+}
+
+impl ApiKey {
+    /// The key's state at `now` (spec 3.1).
+    pub fn status(&self, now: DateTime<Utc>) -> KeyStatus {
+        if self.revoked_at.is_some_and(|t| t <= now) {
+            KeyStatus::Revoked
+        } else if self.expires_at.is_some_and(|t| t <= now) {
+            KeyStatus::Expired
+        } else if self.replaced_by.is_some() {
+            KeyStatus::Retiring
+        } else {
+            KeyStatus::Active
+        }
+    }
+}
+
+/// A key to insert.
+#[derive(Debug, Clone)]
+pub struct NewKey {
+    pub org: OrgId,
+    pub name: String,
+    pub hash: String,
+    pub display: String,
+    pub audience: Audience,
+    pub environment: Environment,
+    pub permissions: Vec<Permission>,
+    pub scopes: Vec<Scope>,
+    pub agent_id: Option<String>,
+    pub created_by: Option<KeyId>,
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+/// What happens to a rotated key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retire {
+    /// Its new expiry: the end of the grace window, never later than before.
+    pub expires_at: DateTime<Utc>,
+    /// Revoke it at once (it had already expired).
+    pub revoke: bool,
+}
+
+/// An audit-log entry (key lifecycle, emergency bypass, …).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditEntry {
+    pub org: OrgId,
+    /// `API_KEY_CREATED`, `API_KEY_ROTATED`, `API_KEY_REVOKED`, …
+    pub action: String,
+    /// The key that did it (`None` for the CLI).
+    pub actor: Option<KeyId>,
+    pub target_type: String,
+    pub target_id: String,
+    pub details: serde_json::Value,
+    pub at: DateTime<Utc>,
+}
+
+/// One page of a list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Page {
+    /// 1-based.
+    pub page: u32,
+    pub limit: u32,
+}
+
+impl Page {
+    pub(crate) fn offset(self) -> i64 {
+        i64::from(self.page.saturating_sub(1)) * i64::from(self.limit)
+    }
+}
+
+/// A storage failure. Details are logged, never sent to clients.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// A unique constraint was violated (a duplicate name, say).
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// The database could not be reached or failed.
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    /// A stored value could not be read back (a corrupt or foreign row).
+    #[error("corrupt row: {0}")]
+    Corrupt(String),
+    /// Migrations failed at start.
+    #[error("migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+}
+
+/// The result of the store's operations.
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// The storage interface. Both backends run the same test sequence.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Succeeds when the database answers (readiness).
+    async fn ping(&self) -> StoreResult<()>;
+
+    /// The organization called `name`, created if missing.
+    async fn ensure_org(&self, name: &str, now: DateTime<Utc>) -> StoreResult<Organization>;
+
+    /// The organization called `name`.
+    async fn org_by_name(&self, name: &str) -> StoreResult<Option<Organization>>;
+
+    /// Inserts a key and its audit entry in one transaction (an entry with
+    /// an empty `target_id` gets the new key's id).
+    async fn create_key(
+        &self,
+        key: NewKey,
+        audit: AuditEntry,
+        now: DateTime<Utc>,
+    ) -> StoreResult<ApiKey>;
+
+    /// The key whose hash is `hash`, in any organization (authentication).
+    async fn key_by_hash(&self, hash: &str) -> StoreResult<Option<ApiKey>>;
+
+    /// The key `id` of organization `org`.
+    async fn key(&self, org: OrgId, id: KeyId) -> StoreResult<Option<ApiKey>>;
+
+    /// The key `id`, whatever its organization (the CLI's `rotate`/`revoke`).
+    async fn key_any_org(&self, id: KeyId) -> StoreResult<Option<ApiKey>>;
+
+    /// Keys of `org`, newest first, and how many there are.
+    async fn list_keys(&self, org: OrgId, page: Page) -> StoreResult<(Vec<ApiKey>, u64)>;
+
+    /// Inserts `replacement`, links `old` to it, sets `old`'s expiry to
+    /// `retire.expires_at` (and revokes it when `retire.revoke`), and writes
+    /// the audit entry: one transaction.
+    async fn rotate_key(
+        &self,
+        org: OrgId,
+        old: KeyId,
+        replacement: NewKey,
+        retire: Retire,
+        audit: AuditEntry,
+        now: DateTime<Utc>,
+    ) -> StoreResult<ApiKey>;
+
+    /// Revokes key `id` at `now` if it is not revoked yet; `false` if there
+    /// was nothing to revoke.
+    async fn revoke_key(&self, org: OrgId, id: KeyId, now: DateTime<Utc>) -> StoreResult<bool>;
+
+    /// Records that the key was used at `at`.
+    async fn touch_key(&self, id: KeyId, at: DateTime<Utc>) -> StoreResult<()>;
+
+    /// Appends an audit entry.
+    async fn append_audit(&self, entry: AuditEntry) -> StoreResult<()>;
+
+    /// Audit entries of `org`, oldest first.
+    async fn audit_entries(&self, org: OrgId) -> StoreResult<Vec<AuditEntry>>;
+}
+
+/// Opens the store a database URL names: `sqlite:…` or `postgres://…`, and
+/// runs its migrations.
+pub async fn open(url: &str) -> StoreResult<Arc<dyn Store>> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(Arc::new(PostgresStore::open(url).await?))
+    } else {
+        Ok(Arc::new(SqliteStore::open(url).await?))
+    }
+}

@@ -1,0 +1,114 @@
+//! Rows as both backends return them, and their conversion to typed values.
+
+use chrono::{DateTime, Utc};
+use sqlx::types::Json;
+use uuid::Uuid;
+
+use super::{ApiKey, AuditEntry, KeyId, OrgId, Organization, StoreError, StoreResult};
+use crate::auth::{Audience, Environment, Permission, Scope};
+
+#[derive(sqlx::FromRow)]
+pub(super) struct OrgRow {
+    id: Uuid,
+    name: String,
+    created_at: DateTime<Utc>,
+}
+
+impl From<OrgRow> for Organization {
+    fn from(r: OrgRow) -> Organization {
+        Organization {
+            id: OrgId(r.id),
+            name: r.name,
+            created_at: r.created_at,
+        }
+    }
+}
+
+#[derive(sqlx::FromRow)]
+pub(super) struct KeyRow {
+    id: Uuid,
+    org_id: Uuid,
+    name: String,
+    key_hash: String,
+    display: String,
+    audience: String,
+    environment: String,
+    permissions: Json<Vec<String>>,
+    scopes: Json<Vec<String>>,
+    agent_id: Option<String>,
+    created_by: Option<Uuid>,
+    created_at: DateTime<Utc>,
+    expires_at: Option<DateTime<Utc>>,
+    revoked_at: Option<DateTime<Utc>>,
+    replaced_by: Option<Uuid>,
+    last_used_at: Option<DateTime<Utc>>,
+}
+
+fn parse_each<T>(
+    items: &[String],
+    parse: impl Fn(&str) -> Option<T>,
+    what: &str,
+) -> StoreResult<Vec<T>> {
+    items
+        .iter()
+        .map(|s| parse(s).ok_or_else(|| StoreError::Corrupt(format!("unknown {what} `{s}`"))))
+        .collect()
+}
+
+impl TryFrom<KeyRow> for ApiKey {
+    type Error = StoreError;
+
+    fn try_from(r: KeyRow) -> StoreResult<ApiKey> {
+        let corrupt = |what: &str, v: &str| StoreError::Corrupt(format!("unknown {what} `{v}`"));
+        Ok(ApiKey {
+            id: KeyId(r.id),
+            org: OrgId(r.org_id),
+            audience: Audience::parse(&r.audience)
+                .ok_or_else(|| corrupt("audience", &r.audience))?,
+            environment: Environment::parse(&r.environment)
+                .ok_or_else(|| corrupt("environment", &r.environment))?,
+            permissions: parse_each(&r.permissions.0, Permission::parse, "permission")?,
+            scopes: parse_each(&r.scopes.0, Scope::parse, "scope")?,
+            name: r.name,
+            hash: r.key_hash,
+            display: r.display,
+            agent_id: r.agent_id,
+            created_by: r.created_by.map(KeyId),
+            created_at: r.created_at,
+            expires_at: r.expires_at,
+            revoked_at: r.revoked_at,
+            replaced_by: r.replaced_by.map(KeyId),
+            last_used_at: r.last_used_at,
+        })
+    }
+}
+
+#[derive(sqlx::FromRow)]
+pub(super) struct AuditRow {
+    org_id: Uuid,
+    action: String,
+    actor: Option<Uuid>,
+    target_type: String,
+    target_id: String,
+    details: Json<serde_json::Value>,
+    at: DateTime<Utc>,
+}
+
+impl From<AuditRow> for AuditEntry {
+    fn from(r: AuditRow) -> AuditEntry {
+        AuditEntry {
+            org: OrgId(r.org_id),
+            action: r.action,
+            actor: r.actor.map(KeyId),
+            target_type: r.target_type,
+            target_id: r.target_id,
+            details: r.details.0,
+            at: r.at,
+        }
+    }
+}
+
+/// A list of enum values as stored (a JSON array of their wire spellings).
+pub(super) fn names<T: Copy>(items: &[T], name: impl Fn(T) -> &'static str) -> Json<Vec<String>> {
+    Json(items.iter().map(|i| name(*i).to_owned()).collect())
+}

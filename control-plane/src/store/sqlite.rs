@@ -1,0 +1,39 @@
+//! The SQLite backend: the embedded default. One file, WAL mode, no set-up.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+
+/// A store in one SQLite file.
+#[derive(Debug, Clone)]
+pub struct SqliteStore {
+    pool: SqlitePool,
+}
+
+impl SqliteStore {
+    /// Opens (creating if missing) the database at `url` (`sqlite:PATH` or
+    /// `sqlite://PATH`) and runs the migrations.
+    pub async fn open(url: &str) -> super::StoreResult<SqliteStore> {
+        let options = SqliteConnectOptions::from_str(url)
+            .map_err(super::sql::map_err)?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            // WAL with NORMAL is durable across application crashes and
+            // consistent across power loss (the last commits may roll back).
+            .synchronous(SqliteSynchronous::Normal)
+            .foreign_keys(true)
+            .busy_timeout(Duration::from_secs(5));
+        let pool = SqlitePoolOptions::new()
+            .max_connections(8)
+            .connect_with(options)
+            .await
+            .map_err(super::sql::map_err)?;
+        sqlx::migrate!("migrations/sqlite").run(&pool).await?;
+        Ok(SqliteStore { pool })
+    }
+}
+
+super::sql::store_impl!(SqliteStore, sqlx::Sqlite);
