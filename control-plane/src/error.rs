@@ -78,6 +78,15 @@ pub enum ApiError {
     /// 409 `conflict`.
     #[error("conflict: {0}")]
     Conflict(String),
+    /// 400 `invalid_idempotency_key`: malformed, or the two headers differ.
+    #[error("invalid idempotency key: {0}")]
+    InvalidIdempotencyKey(&'static str),
+    /// 422 `idempotency_key_reused`: the key was used for another request.
+    #[error("idempotency key reused for a different request")]
+    IdempotencyKeyReused,
+    /// 409 `idempotency_request_in_flight`: the first request is still running.
+    #[error("idempotent request still in flight")]
+    IdempotencyInFlight,
     /// 413 `payload_too_large`.
     #[error("payload too large")]
     PayloadTooLarge { limit: usize },
@@ -120,7 +129,9 @@ impl ApiError {
             | HarnessKeyNotPermitted
             | ExceededPermissions(..) => StatusCode::FORBIDDEN,
             NotFound => StatusCode::NOT_FOUND,
-            Conflict(_) => StatusCode::CONFLICT,
+            Conflict(_) | IdempotencyInFlight => StatusCode::CONFLICT,
+            InvalidIdempotencyKey(_) => StatusCode::BAD_REQUEST,
+            IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,
             PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Unprocessable(..) => StatusCode::UNPROCESSABLE_ENTITY,
             RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
@@ -174,6 +185,17 @@ impl ApiError {
             }
             NotFound => ("not_found".into(), None, None),
             Conflict(what) => ("conflict".into(), Some(what.clone()), None),
+            InvalidIdempotencyKey(why) => ("invalid_idempotency_key".into(), Some((*why).into()), None),
+            IdempotencyKeyReused => (
+                "idempotency_key_reused".into(),
+                Some("this Idempotency-Key was used for a different method, path, query or body".into()),
+                None,
+            ),
+            IdempotencyInFlight => (
+                "idempotency_request_in_flight".into(),
+                Some("the first request with this Idempotency-Key is still running; retry shortly".into()),
+                None,
+            ),
             PayloadTooLarge { limit } => (
                 "payload_too_large".into(),
                 Some(format!("the body exceeds the limit of {limit} bytes")),
@@ -190,7 +212,7 @@ impl ApiError {
             }
             LimiterUnavailable { .. } => (
                 "rate_limiter_unavailable".into(),
-                Some("the rate limiter cannot answer; the request was not processed".into()),
+                Some("the rate limiter or idempotency store cannot answer; the request was not processed".into()),
                 None,
             ),
             InternalMessage(msg) => ((*msg).into(), None, None),

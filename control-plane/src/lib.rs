@@ -13,7 +13,8 @@
 //!   lifecycle they and the CLI share.
 //! - [`store`]: the storage interface and its SQLite and PostgreSQL
 //!   backends (the only place that knows SQL).
-//! - [`limit`]: the per-key sliding-window rate limiter (in-process or Redis).
+//! - [`limit`]: the per-key sliding-window rate limiter (in-process or Redis);
+//!   [`idempotency`]: `Idempotency-Key` on writes.
 //! - [`error`]: [`error::ApiError`], the one error type, rendered as the
 //!   spec's envelope; [`extract`]: extractors whose rejections are
 //!   `ApiError`s; [`metrics`], [`openapi`].
@@ -28,6 +29,7 @@ pub mod auth;
 pub mod config;
 pub mod error;
 pub mod extract;
+pub mod idempotency;
 pub mod keys;
 pub mod limit;
 pub mod metrics;

@@ -10,6 +10,7 @@ use crate::api::{keys, ops};
 use crate::app::AppState;
 use crate::auth::{self, Access, Permission as P};
 use crate::extract::BodyLimit;
+use crate::idempotency;
 
 /// One route of the API.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,6 +20,10 @@ pub struct RouteDef {
     pub path: &'static str,
     /// `None`: public (operational endpoints).
     pub access: Option<Access>,
+    /// Honours `Idempotency-Key` (spec 8). Writes are, except the routes the
+    /// spec excludes and those whose response holds a new secret (a stored
+    /// replay would keep the key's plaintext at rest).
+    pub idempotent: bool,
 }
 
 const KEY_ADMIN: &[P] = &[P::ApiKeysCreate, P::ApiKeysRotate, P::ApiKeysDelete];
@@ -39,10 +44,16 @@ const fn management(permissions: &'static [P]) -> Access {
 }
 
 fn table() -> Vec<(RouteDef, MethodRouter<AppState>)> {
-    let def = |method, path, access| RouteDef {
+    let def = |method: &'static str, path, access: Option<Access>| RouteDef {
         method,
         path,
         access,
+        idempotent: access.is_some() && method != "GET",
+    };
+    // Responses that carry a new key's plaintext are never stored.
+    let secret = |d: RouteDef| RouteDef {
+        idempotent: false,
+        ..d
     };
     vec![
         (def("GET", "/healthz", None), get(ops::healthz)),
@@ -50,7 +61,11 @@ fn table() -> Vec<(RouteDef, MethodRouter<AppState>)> {
         (def("GET", "/metrics", None), get(ops::metrics)),
         (def("GET", "/openapi.json", None), get(ops::openapi)),
         (
-            def("POST", "/api/keys", Some(management(&[P::ApiKeysCreate]))),
+            secret(def(
+                "POST",
+                "/api/keys",
+                Some(management(&[P::ApiKeysCreate])),
+            )),
             post(keys::create),
         ),
         (
@@ -70,11 +85,11 @@ fn table() -> Vec<(RouteDef, MethodRouter<AppState>)> {
             delete(keys::delete),
         ),
         (
-            def(
+            secret(def(
                 "POST",
                 "/api/keys/{id}/rotate",
                 Some(management(&[P::ApiKeysRotate])),
-            ),
+            )),
             post(keys::rotate),
         ),
         (
@@ -100,6 +115,15 @@ pub fn build(state: AppState) -> Router<AppState> {
         .into_iter()
         .fold(Router::new(), |router, (def, handler)| {
             debug_assert!(Method::from_bytes(def.method.as_bytes()).is_ok());
+            // Innermost first: idempotency needs the caller `authorize` sets.
+            let handler = if def.idempotent {
+                handler.layer(axum::middleware::from_fn_with_state(
+                    state.clone(),
+                    idempotency::idempotent,
+                ))
+            } else {
+                handler
+            };
             let handler = match def.access {
                 Some(access) => handler.layer(axum::middleware::from_fn_with_state(
                     (state.clone(), access),

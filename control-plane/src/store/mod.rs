@@ -127,6 +127,38 @@ pub struct AuditEntry {
     pub at: DateTime<Utc>,
 }
 
+/// A stored idempotent request (spec 8).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdemRecord {
+    /// SHA-256 over method, path, query and body.
+    pub request_hash: String,
+    /// The response is stored (else the first request is still running).
+    pub done: bool,
+    pub status: Option<u16>,
+    /// The replayable response headers.
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    pub started_at: DateTime<Utc>,
+    pub expires_at: DateTime<Utc>,
+}
+
+/// The outcome of claiming an idempotency key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IdemClaim {
+    /// The key was free: this request runs and must finish or release it.
+    Claimed,
+    /// The key is held: by a finished request, or one still running.
+    Held(IdemRecord),
+}
+
+/// The identity of an idempotency key: the sending credential and the key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdemKey<'a> {
+    pub org: OrgId,
+    pub credential: KeyId,
+    pub key: &'a str,
+}
+
 /// One page of a list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Page {
@@ -219,6 +251,39 @@ pub trait Store: Send + Sync + 'static {
 
     /// Audit entries of `org`, oldest first.
     async fn audit_entries(&self, org: OrgId) -> StoreResult<Vec<AuditEntry>>;
+
+    /// Claims `key` for a request with `request_hash`, in flight from `now`
+    /// until done or `expires_at`.
+    async fn idem_claim(
+        &self,
+        key: IdemKey<'_>,
+        request_hash: &str,
+        now: DateTime<Utc>,
+        expires_at: DateTime<Utc>,
+    ) -> StoreResult<IdemClaim>;
+
+    /// Takes `key` over for a new request when it is expired (at `now`) or
+    /// held by a request started before `abandoned_before`; `false` if it is not.
+    async fn idem_take_over(
+        &self,
+        key: IdemKey<'_>,
+        request_hash: &str,
+        now: DateTime<Utc>,
+        expires_at: DateTime<Utc>,
+        abandoned_before: DateTime<Utc>,
+    ) -> StoreResult<bool>;
+
+    /// Stores the response of the request holding `key`.
+    async fn idem_finish(
+        &self,
+        key: IdemKey<'_>,
+        status: u16,
+        headers: &[(String, String)],
+        body: &[u8],
+    ) -> StoreResult<()>;
+
+    /// Frees `key` (the request failed with a 5xx or 429).
+    async fn idem_release(&self, key: IdemKey<'_>) -> StoreResult<()>;
 }
 
 /// Opens the store a database URL names: `sqlite:…` or `postgres://…`, and

@@ -112,3 +112,28 @@ impl From<AuditRow> for AuditEntry {
 pub(super) fn names<T: Copy>(items: &[T], name: impl Fn(T) -> &'static str) -> Json<Vec<String>> {
     Json(items.iter().map(|i| name(*i).to_owned()).collect())
 }
+
+#[derive(sqlx::FromRow)]
+pub(super) struct IdemRow {
+    request_hash: String,
+    done: bool,
+    status: Option<i32>,
+    headers: Json<Vec<(String, String)>>,
+    body: Vec<u8>,
+    started_at: DateTime<Utc>,
+    expires_at: DateTime<Utc>,
+}
+
+impl From<IdemRow> for super::IdemRecord {
+    fn from(r: IdemRow) -> super::IdemRecord {
+        super::IdemRecord {
+            request_hash: r.request_hash,
+            done: r.done,
+            status: r.status.and_then(|s| u16::try_from(s).ok()),
+            headers: r.headers.0,
+            body: r.body,
+            started_at: r.started_at,
+            expires_at: r.expires_at,
+        }
+    }
+}

@@ -24,11 +24,11 @@ macro_rules! store_impl {
         use chrono::{DateTime, Utc};
         use uuid::Uuid;
 
-        use super::rows::{AuditRow, KeyRow, OrgRow, names};
+        use super::rows::{AuditRow, IdemRow, KeyRow, OrgRow, names};
         use super::sql::{KEY_COLUMNS, map_err};
         use super::{
-            ApiKey, AuditEntry, KeyId, NewKey, OrgId, Organization, Page, Retire, Store,
-            StoreResult,
+            ApiKey, AuditEntry, IdemClaim, IdemKey, IdemRecord, KeyId, NewKey, OrgId, Organization, Page,
+            Retire, Store, StoreResult,
         };
 
         async fn insert_key<'c, E>(exec: E, key: &NewKey, now: DateTime<Utc>) -> StoreResult<ApiKey>
@@ -250,6 +250,102 @@ macro_rules! store_impl {
                 .await
                 .map_err(map_err)?;
                 Ok(rows.into_iter().map(AuditEntry::from).collect())
+            }
+
+            async fn idem_claim(
+                &self,
+                key: IdemKey<'_>,
+                request_hash: &str,
+                now: DateTime<Utc>,
+                expires_at: DateTime<Utc>,
+            ) -> StoreResult<IdemClaim> {
+                let inserted = sqlx::query(
+                    "INSERT INTO idempotency (credential_id, idem_key, org_id, request_hash, done, status, \
+                     headers, body, started_at, expires_at) VALUES ($1, $2, $3, $4, FALSE, NULL, $5, $6, $7, $8) \
+                     ON CONFLICT (credential_id, idem_key) DO NOTHING",
+                )
+                .bind(key.credential.0)
+                .bind(key.key)
+                .bind(key.org.0)
+                .bind(request_hash)
+                .bind(sqlx::types::Json(Vec::<(String, String)>::new()))
+                .bind(Vec::<u8>::new())
+                .bind(now)
+                .bind(expires_at)
+                .execute(&self.pool)
+                .await
+                .map_err(map_err)?;
+                if inserted.rows_affected() == 1 {
+                    return Ok(IdemClaim::Claimed);
+                }
+                let row: Option<IdemRow> = sqlx::query_as(
+                    "SELECT request_hash, done, status, headers, body, started_at, expires_at \
+                     FROM idempotency WHERE credential_id = $1 AND idem_key = $2",
+                )
+                .bind(key.credential.0)
+                .bind(key.key)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(map_err)?;
+                // Released between the insert and the read: claim it again.
+                match row {
+                    Some(row) => Ok(IdemClaim::Held(IdemRecord::from(row))),
+                    None => Box::pin(self.idem_claim(key, request_hash, now, expires_at)).await,
+                }
+            }
+
+            async fn idem_take_over(
+                &self,
+                key: IdemKey<'_>,
+                request_hash: &str,
+                now: DateTime<Utc>,
+                expires_at: DateTime<Utc>,
+                abandoned_before: DateTime<Utc>,
+            ) -> StoreResult<bool> {
+                let done = sqlx::query(
+                    "UPDATE idempotency SET request_hash = $1, done = FALSE, status = NULL, headers = $2, \
+                     body = $3, started_at = $4, expires_at = $5 \
+                     WHERE credential_id = $6 AND idem_key = $7 \
+                     AND (expires_at <= $4 OR (done = FALSE AND started_at < $8))",
+                )
+                .bind(request_hash)
+                .bind(sqlx::types::Json(Vec::<(String, String)>::new()))
+                .bind(Vec::<u8>::new())
+                .bind(now)
+                .bind(expires_at)
+                .bind(key.credential.0)
+                .bind(key.key)
+                .bind(abandoned_before)
+                .execute(&self.pool)
+                .await
+                .map_err(map_err)?;
+                Ok(done.rows_affected() == 1)
+            }
+
+            async fn idem_finish(&self, key: IdemKey<'_>, status: u16, headers: &[(String, String)], body: &[u8]) -> StoreResult<()> {
+                sqlx::query(
+                    "UPDATE idempotency SET done = TRUE, status = $1, headers = $2, body = $3 \
+                     WHERE credential_id = $4 AND idem_key = $5",
+                )
+                .bind(i32::from(status))
+                .bind(sqlx::types::Json(headers))
+                .bind(body)
+                .bind(key.credential.0)
+                .bind(key.key)
+                .execute(&self.pool)
+                .await
+                .map_err(map_err)?;
+                Ok(())
+            }
+
+            async fn idem_release(&self, key: IdemKey<'_>) -> StoreResult<()> {
+                sqlx::query("DELETE FROM idempotency WHERE credential_id = $1 AND idem_key = $2")
+                    .bind(key.credential.0)
+                    .bind(key.key)
+                    .execute(&self.pool)
+                    .await
+                    .map_err(map_err)?;
+                Ok(())
             }
         }
     };

@@ -1,6 +1,7 @@
 mod auth;
 mod cli;
 mod envelope;
+mod idempotency;
 mod keys;
 mod limits;
 mod store;
