@@ -170,3 +170,101 @@ fn rate_headers(headers: &mut HeaderMap, v: &LimitVerdict) {
     headers.insert("x-ratelimit-limit", HeaderValue::from(v.limit));
     headers.insert("x-ratelimit-remaining", HeaderValue::from(v.remaining));
 }
+
+#[cfg(test)]
+mod tests {
+    use chrono::Utc;
+    use uuid::Uuid;
+
+    use super::*;
+    use crate::store::{KeyId, OrgId};
+
+    fn key(audience: Audience, permissions: &[Permission], scopes: &[Scope]) -> ApiKey {
+        ApiKey {
+            id: KeyId(Uuid::nil()),
+            org: OrgId(Uuid::nil()),
+            name: "k".into(),
+            hash: String::new(),
+            display: String::new(),
+            audience,
+            environment: Environment::Production,
+            permissions: permissions.to_vec(),
+            scopes: scopes.to_vec(),
+            agent_id: None,
+            created_by: None,
+            created_at: Utc::now(),
+            expires_at: None,
+            revoked_at: None,
+            replaced_by: None,
+            last_used_at: None,
+        }
+    }
+
+    const EVALUATE: Access = Access {
+        permissions: &[],
+        scopes: &[Scope::RulesEvaluate, Scope::AllowWrite],
+        harness: true,
+    };
+    const RULES_WRITE: Access = Access {
+        permissions: &[Permission::AllowRulesCreate],
+        scopes: &[Scope::RulesWrite],
+        harness: false,
+    };
+
+    #[test]
+    fn admission_follows_section_5() {
+        let m = |p: &[Permission], s: &[Scope]| key(Audience::Management, p, s);
+        // Harness keys: full power on the allowlist, refused elsewhere.
+        assert!(admit(&key(Audience::Harness, &[], &[]), &EVALUATE).is_ok());
+        assert!(matches!(
+            admit(
+                &key(Audience::Harness, &[], &[Scope::FullAccess]),
+                &RULES_WRITE
+            ),
+            Err(ApiError::HarnessKeyNotPermitted)
+        ));
+        // Scopes: any accepted one, or full_access.
+        assert!(admit(&m(&[], &[Scope::AllowWrite]), &EVALUATE).is_ok());
+        assert!(admit(&m(&[], &[Scope::FullAccess]), &EVALUATE).is_ok());
+        match admit(&m(&[], &[Scope::RulesRead]), &EVALUATE) {
+            Err(ApiError::InsufficientScope { required, granted }) => {
+                assert_eq!(required, [Scope::RulesEvaluate, Scope::AllowWrite]);
+                assert_eq!(granted, [Scope::RulesRead]);
+            }
+            other => panic!("{other:?}"),
+        }
+        // Permission before scope.
+        assert!(matches!(
+            admit(&m(&[], &[]), &RULES_WRITE),
+            Err(ApiError::InsufficientPermission(
+                Permission::AllowRulesCreate
+            ))
+        ));
+        assert!(matches!(
+            admit(
+                &m(&[Permission::AllowRulesCreate], &[Scope::RulesRead]),
+                &RULES_WRITE
+            ),
+            Err(ApiError::InsufficientScope { .. })
+        ));
+        assert!(
+            admit(
+                &m(&[Permission::AllowRulesCreate], &[Scope::RulesWrite]),
+                &RULES_WRITE
+            )
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn bearer_tokens_are_read_case_insensitively() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_static("bearer abc"),
+        );
+        assert_eq!(bearer(&h), Some("abc"));
+        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Basic abc"));
+        assert_eq!(bearer(&h), None);
+    }
+}

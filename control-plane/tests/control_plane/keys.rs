@@ -145,6 +145,24 @@ async fn creation_never_exceeds_the_creator(backend: Backend) {
     )
     .await;
     assert_eq!(s, 201);
+    // Nor scopes beyond the creator's.
+    let (_, narrow, _) = srv
+        .key(
+            "acme",
+            management("narrow", &[Permission::ApiKeysCreate], &[Scope::RulesRead]),
+        )
+        .await;
+    let (s, b) = json(
+        srv.post(
+            "/api/keys",
+            &narrow,
+            json!({"name": "y", "audience": "harness", "scopes": ["full_access"]}),
+        )
+        .await,
+    )
+    .await;
+    assert_envelope(s, &b, 403, "insufficient_scope");
+    assert_eq!(b["grantedScopes"], json!(["rules:read"]));
     srv.stop().await;
 }
 
