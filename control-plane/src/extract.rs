@@ -23,6 +23,7 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
 
     async fn from_request(req: Request, state: &S) -> Result<ApiJson<T>, ApiError> {
         let limit = req.extensions().get::<BodyLimit>().map_or(0, |l| l.0);
+        let req_path = req.uri().path().to_owned();
         let bytes = Bytes::from_request(req, state).await.map_err(|e| {
             if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
                 ApiError::PayloadTooLarge { limit }
@@ -30,12 +31,12 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
                 ApiError::InvalidJson(e.body_text())
             }
         })?;
-        parse(if bytes.iter().all(u8::is_ascii_whitespace) {
+        let body: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
             b"{}"
         } else {
             &bytes
-        })
-        .map(ApiJson)
+        };
+        parse(body, DetailsShape::for_path(&req_path)).map(ApiJson)
     }
 }
 
@@ -43,16 +44,17 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
 #[derive(Debug, Clone, Copy)]
 pub struct BodyLimit(pub usize);
 
-/// Parses a JSON document into `T` (see [`ApiJson`]).
-pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+/// Parses a JSON document into `T` (see [`ApiJson`]); shape errors are
+/// reported in `shape`.
+pub fn parse<T: DeserializeOwned>(bytes: &[u8], shape: DetailsShape) -> Result<T, ApiError> {
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
         match inner.classify() {
-            serde_json::error::Category::Data => {
-                ApiError::InvalidBody(vec![issue(&path, "invalid_type", &inner.to_string())])
-            }
+            serde_json::error::Category::Data => ApiError::InvalidBody(
+                shape.render(vec![Issue::new(&path, "invalid_type", inner.to_string())]),
+            ),
             _ => ApiError::InvalidJson(inner.to_string()),
         }
     })?;
@@ -60,24 +62,100 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     Ok(value)
 }
 
-/// One validation issue in the raw-issues shape of spec §7 (`code`, `path`
-/// as an array, `message`).
-pub fn issue(path: &str, code: &str, message: &str) -> Value {
-    let segments: Vec<Value> = path
-        .split('.')
-        .filter(|s| !s.is_empty() && *s != "?")
-        .map(|s| s.parse::<u64>().map_or_else(|_| json!(s), |n| json!(n)))
-        .collect();
-    json!({ "code": code, "path": segments, "message": message })
+/// The three shapes of validation `details` (spec §7), chosen per surface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DetailsShape {
+    /// `POST /evaluate` and `/orchestrate/*`: one object with `formErrors`
+    /// (messages about the whole body) and `fieldErrors` (field → messages).
+    Flattened,
+    /// `/rules` CRUD and, by choice, every surface the spec does not name:
+    /// one object per issue with `code`, `path` (an array) and `message`.
+    RawIssues,
+    /// `/record/*`: one object per issue with `field` (a dotted path) and `message`.
+    Mapped,
+}
+
+impl DetailsShape {
+    /// The shape of the surface `path` belongs to.
+    pub fn for_path(path: &str) -> DetailsShape {
+        if path == "/evaluate" || path.starts_with("/orchestrate/") {
+            DetailsShape::Flattened
+        } else if path.starts_with("/record/") {
+            DetailsShape::Mapped
+        } else {
+            DetailsShape::RawIssues
+        }
+    }
+
+    /// Renders `issues` as `details`. The envelope's `details` is an array
+    /// (spec 2.13): the flattened shape is that array's one object.
+    pub fn render(self, issues: Vec<Issue>) -> Vec<Value> {
+        match self {
+            DetailsShape::RawIssues => issues
+                .into_iter()
+                .map(|i| json!({ "code": i.code, "path": i.path, "message": i.message }))
+                .collect(),
+            DetailsShape::Mapped => issues
+                .into_iter()
+                .map(|i| json!({ "field": i.dotted(), "message": i.message }))
+                .collect(),
+            DetailsShape::Flattened => {
+                let mut form: Vec<String> = Vec::new();
+                let mut fields = serde_json::Map::new();
+                for i in issues {
+                    if i.path.is_empty() {
+                        form.push(i.message);
+                    } else {
+                        let list = fields.entry(i.dotted()).or_insert_with(|| json!([]));
+                        if let Some(list) = list.as_array_mut() {
+                            list.push(json!(i.message));
+                        }
+                    }
+                }
+                vec![json!({ "formErrors": form, "fieldErrors": fields })]
+            }
+        }
+    }
+}
+
+/// One validation issue: where (path segments), what kind, and a message.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Issue {
+    pub path: Vec<Value>,
+    pub code: String,
+    pub message: String,
+}
+
+impl Issue {
+    /// An issue at a dotted `path` (`a.b.0`; empty for the whole body).
+    pub fn new(path: &str, code: &str, message: impl Into<String>) -> Issue {
+        Issue {
+            path: path
+                .split('.')
+                .filter(|s| !s.is_empty() && *s != "?")
+                .map(|s| s.parse::<u64>().map_or_else(|_| json!(s), |n| json!(n)))
+                .collect(),
+            code: code.to_owned(),
+            message: message.into(),
+        }
+    }
+
+    fn dotted(&self) -> String {
+        self.path
+            .iter()
+            .map(|s| s.as_str().map_or_else(|| s.to_string(), str::to_owned))
+            .collect::<Vec<_>>()
+            .join(".")
+    }
 }
 
 /// Collects validation issues; empty means valid.
 #[derive(Debug, Default)]
-pub struct Issues(Vec<Value>);
+pub struct Issues(Vec<Issue>);
 
 impl Issues {
     pub fn push(&mut self, path: &str, message: impl Into<String>) {
-        self.0.push(issue(path, "custom", &message.into()));
+        self.0.push(Issue::new(path, "custom", message));
     }
 
     /// Checks that `text` has `min..=max` characters.
@@ -88,11 +166,13 @@ impl Issues {
         }
     }
 
-    pub fn into_result(self) -> Result<(), ApiError> {
+    /// `Ok` when there is no issue, else `400 Invalid request body` with
+    /// the issues in `shape`.
+    pub fn into_result(self, shape: DetailsShape) -> Result<(), ApiError> {
         if self.0.is_empty() {
             Ok(())
         } else {
-            Err(ApiError::InvalidBody(self.0))
+            Err(ApiError::InvalidBody(shape.render(self.0)))
         }
     }
 }
@@ -123,6 +203,7 @@ impl<const MAX: u32, S: Send + Sync> FromRequestParts<S> for Pagination<MAX> {
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Pagination<MAX>, ApiError> {
         let query = parts.uri.query().unwrap_or("");
+        let shape = DetailsShape::for_path(parts.uri.path());
         let mut page = Page {
             page: 1,
             limit: 50.min(MAX),
@@ -137,10 +218,10 @@ impl<const MAX: u32, S: Send + Sync> FromRequestParts<S> for Pagination<MAX> {
             };
             match value.parse::<u32>() {
                 Ok(n) if n >= 1 && (name == "page" || n <= MAX) => *slot = n,
-                _ => issues.push(issue(
+                _ => issues.push(Issue::new(
                     name,
                     "invalid_value",
-                    &if name == "page" {
+                    if name == "page" {
                         "must be a positive integer".to_owned()
                     } else {
                         format!("must be an integer from 1 to {MAX}")
@@ -151,7 +232,7 @@ impl<const MAX: u32, S: Send + Sync> FromRequestParts<S> for Pagination<MAX> {
         if issues.is_empty() {
             Ok(Pagination(page))
         } else {
-            Err(ApiError::InvalidQuery(issues))
+            Err(ApiError::InvalidQuery(shape.render(issues)))
         }
     }
 }
@@ -171,17 +252,54 @@ mod tests {
 
     #[test]
     fn syntax_errors_and_shape_errors_are_told_apart() {
+        let parse = |b: &[u8]| parse::<Body>(b, DetailsShape::RawIssues);
         assert!(matches!(
-            parse::<Body>(b"{\"name\": "),
+            parse(b"{\"name\": "),
             Err(ApiError::InvalidJson(_))
         ));
         assert!(matches!(
-            parse::<Body>(br#"{"name": "a", "n": 1} trailing"#),
+            parse(br#"{"name": "a", "n": 1} trailing"#),
             Err(ApiError::InvalidJson(_))
         ));
-        match parse::<Body>(br#"{"name": "a", "n": "x"}"#) {
+        match parse(br#"{"name": "a", "n": "x"}"#) {
             Err(ApiError::InvalidBody(d)) => assert_eq!(d[0]["path"], json!(["n"])),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn details_take_the_shape_of_their_surface() {
+        let issues = || {
+            vec![
+                Issue::new("name", "too_small", "required"),
+                Issue::new("items.0.id", "invalid_type", "expected a string"),
+                Issue::new("", "custom", "empty body"),
+            ]
+        };
+        assert_eq!(DetailsShape::for_path("/evaluate"), DetailsShape::Flattened);
+        assert_eq!(
+            DetailsShape::for_path("/orchestrate/grants"),
+            DetailsShape::Flattened
+        );
+        assert_eq!(
+            DetailsShape::for_path("/record/envelopes"),
+            DetailsShape::Mapped
+        );
+        assert_eq!(DetailsShape::for_path("/rules"), DetailsShape::RawIssues);
+        assert_eq!(
+            DetailsShape::RawIssues.render(issues())[1],
+            json!({"code": "invalid_type", "path": ["items", 0, "id"], "message": "expected a string"})
+        );
+        assert_eq!(
+            DetailsShape::Mapped.render(issues())[1],
+            json!({"field": "items.0.id", "message": "expected a string"})
+        );
+        assert_eq!(
+            DetailsShape::Flattened.render(issues()),
+            vec![json!({
+                "formErrors": ["empty body"],
+                "fieldErrors": {"name": ["required"], "items.0.id": ["expected a string"]}
+            })]
+        );
     }
 }

@@ -11,7 +11,7 @@ use utoipa::ToSchema;
 use crate::app::AppState;
 use crate::auth::{Audience, Caller, Environment, Permission, Scope};
 use crate::error::{ApiError, ErrorBody};
-use crate::extract::{ApiJson, Issues, KeyIdPath, Pagination};
+use crate::extract::{ApiJson, DetailsShape, Issues, KeyIdPath, Pagination};
 use crate::keys::{self, Expiry, Grace, Issued, KeySpec};
 use crate::store::{ApiKey, KeyStatus};
 
@@ -139,7 +139,7 @@ pub async fn create(
             "harness keys carry no permissions: they reach the operational allowlist only",
         );
     }
-    issues.into_result()?;
+    issues.into_result(DetailsShape::RawIssues)?;
     let scopes = body.scopes.unwrap_or_else(|| caller.key.scopes.clone());
     let now = Utc::now();
     let spec = KeySpec {
