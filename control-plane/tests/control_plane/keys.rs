@@ -399,5 +399,80 @@ both_backends!(
     creation_never_exceeds_the_creator,
     rotation_and_grace,
     revocation_rules,
-    self_revocation
+    self_revocation,
+    audit_failure_aborts_or_reports
 );
+
+/// Key operations are never unaudited: creation and rotation abort with
+/// their audit entry; revocation kills the key first and says so (spec 3.1).
+/// The failed revocation also shows an idempotency key being released on 5xx.
+async fn audit_failure_aborts_or_reports(backend: Backend) {
+    let srv = TestServer::start(backend).await;
+    let (org, admin, _) = srv
+        .key(
+            "acme",
+            management("admin", Permission::ALL, &[Scope::FullAccess]),
+        )
+        .await;
+    let (_, victim, victim_id) = srv.key("acme", harness("victim")).await;
+    let (_, _, rotated_id) = srv.key("acme", harness("to-rotate")).await;
+    let page = warden_control_plane::store::Page { page: 1, limit: 50 };
+    let keys_before = srv.store.list_keys(org, page).await.unwrap().1;
+    srv.break_audit_log().await;
+
+    let (s, b) = json(
+        srv.post(
+            "/api/keys",
+            &admin,
+            json!({"name": "x", "audience": "harness"}),
+        )
+        .await,
+    )
+    .await;
+    assert_envelope(s, &b, 500, "internal_error");
+    let (s, _) = json(
+        srv.post(&format!("/api/keys/{rotated_id}/rotate"), &admin, json!({}))
+            .await,
+    )
+    .await;
+    assert_eq!(s, 500);
+    assert_eq!(
+        srv.store.list_keys(org, page).await.unwrap().1,
+        keys_before,
+        "nothing half-written"
+    );
+    let untouched = srv
+        .store
+        .key(org, warden_control_plane::store::KeyId(rotated_id))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(untouched.replaced_by.is_none());
+
+    let delete = || {
+        srv.request(
+            Method::DELETE,
+            &format!("/api/keys/{victim_id}"),
+            Some(&admin),
+        )
+        .header("idempotency-key", "revoke-victim")
+        .send()
+    };
+    let (s, b) = json(delete().await.unwrap()).await;
+    assert_eq!(s, 500, "{b}");
+    assert_eq!(
+        b["error"],
+        "API key revoked, but the audit write failed: the key is already dead"
+    );
+    assert_eq!(
+        srv.get("/api/keys", &victim).await.status(),
+        401,
+        "the key is dead"
+    );
+    // The 500 released the idempotency key: the repeat runs again (and finds
+    // the key already revoked) instead of replaying the 500.
+    let r = delete().await.unwrap();
+    assert!(r.headers().get("x-idempotent-replayed").is_none());
+    assert_eq!(r.status(), 409);
+    srv.stop().await;
+}

@@ -118,7 +118,7 @@ pub(crate) struct TestServer {
     pub(crate) store: Arc<dyn Store>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
-    _db: TestDb,
+    pub(crate) db: TestDb,
 }
 
 impl TestServer {
@@ -153,7 +153,48 @@ impl TestServer {
             store,
             stop: Some(stop),
             task: Some(task),
-            _db: db,
+            db,
+        }
+    }
+
+    /// Makes every audit-log insert fail from now on (a database trigger),
+    /// to prove that key operations never go unaudited.
+    pub(crate) async fn break_audit_log(&self) {
+        let statements: &[&str] = match self.backend() {
+            Backend::Sqlite => &[
+                "CREATE TRIGGER audit_down BEFORE INSERT ON audit_log BEGIN SELECT RAISE(ABORT, 'audit log unavailable'); END",
+            ],
+            Backend::Postgres => &[
+                "CREATE FUNCTION audit_down() RETURNS trigger AS $$ BEGIN RAISE EXCEPTION 'audit log unavailable'; END $$ LANGUAGE plpgsql",
+                "CREATE TRIGGER audit_down BEFORE INSERT ON audit_log FOR EACH ROW EXECUTE FUNCTION audit_down()",
+            ],
+        };
+        use sqlx::Connection;
+        match self.backend() {
+            Backend::Sqlite => {
+                let mut c = sqlx::SqliteConnection::connect(&self.db.url)
+                    .await
+                    .expect("connect");
+                for sql in statements {
+                    sqlx::query(sql).execute(&mut c).await.expect("trigger");
+                }
+            }
+            Backend::Postgres => {
+                let mut c = sqlx::PgConnection::connect(&self.db.url)
+                    .await
+                    .expect("connect");
+                for sql in statements {
+                    sqlx::query(sql).execute(&mut c).await.expect("trigger");
+                }
+            }
+        }
+    }
+
+    fn backend(&self) -> Backend {
+        if self.db.url.starts_with("sqlite") {
+            Backend::Sqlite
+        } else {
+            Backend::Postgres
         }
     }
 
