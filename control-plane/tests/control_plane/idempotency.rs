@@ -173,4 +173,48 @@ async fn in_flight_and_abandoned(backend: Backend) {
     srv.stop().await;
 }
 
-both_backends!(replay_reuse_and_scope, in_flight_and_abandoned);
+/// The idempotency store cannot answer: a request with a key is refused
+/// (503, not processed); one without a key is served.
+async fn store_outage_fails_closed(backend: Backend) {
+    let srv = TestServer::start(backend).await;
+    let admin = srv.admin("acme").await;
+    let (_, _, victim_id) = srv.key("acme", harness("victim")).await;
+    srv.execute(&["DROP TABLE idempotency"]).await;
+    let r = srv
+        .request(
+            Method::DELETE,
+            &format!("/api/keys/{victim_id}"),
+            Some(&admin),
+        )
+        .header("idempotency-key", "k")
+        .send()
+        .await
+        .unwrap();
+    assert!(r.headers().contains_key("retry-after"));
+    let (s, b) = json(r).await;
+    assert_envelope(s, &b, 503, "rate_limiter_unavailable");
+    let stored = srv
+        .store
+        .key_any_org(KeyId(victim_id))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(stored.revoked_at.is_none(), "not processed");
+    let r = srv
+        .request(
+            Method::DELETE,
+            &format!("/api/keys/{victim_id}"),
+            Some(&admin),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    srv.stop().await;
+}
+
+both_backends!(
+    replay_reuse_and_scope,
+    in_flight_and_abandoned,
+    store_outage_fails_closed
+);

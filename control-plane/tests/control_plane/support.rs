@@ -169,6 +169,12 @@ impl TestServer {
                 "CREATE TRIGGER audit_down BEFORE INSERT ON audit_log FOR EACH ROW EXECUTE FUNCTION audit_down()",
             ],
         };
+        self.execute(statements).await;
+    }
+
+    /// Runs `statements` on the server's database behind its back (fault
+    /// injection).
+    pub(crate) async fn execute(&self, statements: &[&str]) {
         use sqlx::Connection;
         match self.backend() {
             Backend::Sqlite => {
@@ -176,7 +182,7 @@ impl TestServer {
                     .await
                     .expect("connect");
                 for sql in statements {
-                    sqlx::query(sql).execute(&mut c).await.expect("trigger");
+                    sqlx::query(sql).execute(&mut c).await.expect("statement");
                 }
             }
             Backend::Postgres => {
@@ -184,7 +190,7 @@ impl TestServer {
                     .await
                     .expect("connect");
                 for sql in statements {
-                    sqlx::query(sql).execute(&mut c).await.expect("trigger");
+                    sqlx::query(sql).execute(&mut c).await.expect("statement");
                 }
             }
         }
