@@ -44,6 +44,9 @@ pub enum ApiError {
     /// wrong shape (the string is the full message, e.g. `Invalid rule ID`).
     #[error("{0}")]
     InvalidPathId(&'static str),
+    /// 400 `No fields to update` / `invalid_request`: an empty update body.
+    #[error("no fields to update")]
+    NoFieldsToUpdate,
     /// 400 with its own snake_case code (e.g. `not_an_api_key`).
     #[error("{0}")]
     BadRequestCode(&'static str, String),
@@ -122,7 +125,7 @@ impl ApiError {
         use ApiError::*;
         match self {
             InvalidBody(_) | InvalidQuery(_) | InvalidJson(_) | InvalidPathId(_)
-            | BadRequestCode(..) => StatusCode::BAD_REQUEST,
+            | BadRequestCode(..) | NoFieldsToUpdate => StatusCode::BAD_REQUEST,
             Unauthenticated | InvalidKey | KeyExpired => StatusCode::UNAUTHORIZED,
             InsufficientPermission(_)
             | InsufficientScope { .. }
@@ -149,6 +152,7 @@ impl ApiError {
             InvalidQuery(d) => ("Invalid query parameters".into(), None, Some(d.clone())),
             InvalidJson(why) => ("Invalid JSON body".into(), Some(why.clone()), None),
             InvalidPathId(msg) => ((*msg).into(), None, None),
+            NoFieldsToUpdate => ("No fields to update".into(), None, None),
             BadRequestCode(code, detail) => ((*code).into(), Some(detail.clone()), None),
             Unauthenticated => (
                 "Unauthorized".into(),

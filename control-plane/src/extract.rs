@@ -93,11 +93,13 @@ impl DetailsShape {
         match self {
             DetailsShape::RawIssues => issues
                 .into_iter()
-                .map(|i| json!({ "code": i.code, "path": i.path, "message": i.message }))
+                .map(|i| {
+                    i.with_position(json!({ "code": i.code, "path": i.path, "message": i.message }))
+                })
                 .collect(),
             DetailsShape::Mapped => issues
                 .into_iter()
-                .map(|i| json!({ "field": i.dotted(), "message": i.message }))
+                .map(|i| i.with_position(json!({ "field": i.dotted(), "message": i.message })))
                 .collect(),
             DetailsShape::Flattened => {
                 let mut form: Vec<String> = Vec::new();
@@ -124,6 +126,8 @@ pub struct Issue {
     pub path: Vec<Value>,
     pub code: String,
     pub message: String,
+    /// Where in a policy source the problem is (1-based line and column).
+    pub position: Option<(u32, u32)>,
 }
 
 impl Issue {
@@ -137,7 +141,24 @@ impl Issue {
                 .collect(),
             code: code.to_owned(),
             message: message.into(),
+            position: None,
         }
+    }
+
+    /// The same issue, located in a source text.
+    pub fn at(self, line: u32, column: u32) -> Issue {
+        Issue {
+            position: Some((line, column)),
+            ..self
+        }
+    }
+
+    fn with_position(&self, mut v: Value) -> Value {
+        if let (Some((line, column)), Some(o)) = (self.position, v.as_object_mut()) {
+            o.insert("line".into(), json!(line));
+            o.insert("column".into(), json!(column));
+        }
+        v
     }
 
     fn dotted(&self) -> String {
@@ -158,11 +179,23 @@ impl Issues {
         self.0.push(Issue::new(path, "custom", message));
     }
 
+    /// Adds a prepared issue.
+    pub fn add(&mut self, issue: Issue) {
+        self.0.push(issue);
+    }
+
     /// Checks that `text` has `min..=max` characters.
     pub fn length(&mut self, path: &str, text: &str, min: usize, max: usize) {
         let n = text.chars().count();
         if n < min || n > max {
             self.push(path, format!("must be {min} to {max} characters, got {n}"));
+        }
+    }
+
+    /// Checks an optional text's length (absent is fine).
+    pub fn length_opt(&mut self, path: &str, text: Option<&str>, min: usize, max: usize) {
+        if let Some(t) = text {
+            self.length(path, t, min, max);
         }
     }
 
@@ -191,6 +224,23 @@ impl<S: Send + Sync> FromRequestParts<S> for KeyIdPath {
         Uuid::parse_str(&raw)
             .map(|u| KeyIdPath(KeyId(u)))
             .map_err(|_| ApiError::InvalidPathId("Invalid key ID"))
+    }
+}
+
+/// A rule id in the path: a malformed one is `400 Invalid rule ID`.
+#[derive(Debug, Clone, Copy)]
+pub struct RuleIdPath(pub crate::store::RuleId);
+
+impl<S: Send + Sync> FromRequestParts<S> for RuleIdPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<RuleIdPath, ApiError> {
+        let Path(raw) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|_| ApiError::InvalidPathId("Invalid rule ID"))?;
+        Uuid::parse_str(&raw)
+            .map(|u| RuleIdPath(crate::store::RuleId(u)))
+            .map_err(|_| ApiError::InvalidPathId("Invalid rule ID"))
     }
 }
 

@@ -10,7 +10,7 @@
 //! - [`auth`]: key material, permissions and scopes, authentication and the
 //!   `authorize` middleware (401/403/429).
 //! - [`api`]: handlers, one module per resource; [`keys`]: the key
-//!   lifecycle they and the CLI share.
+//!   lifecycle they and the CLI share; [`rules`]: the rules collection.
 //! - [`store`]: the storage interface and its SQLite and PostgreSQL
 //!   backends (the only place that knows SQL).
 //! - [`limit`]: the per-key sliding-window rate limiter (in-process or Redis);
@@ -35,4 +35,5 @@ pub mod limit;
 pub mod metrics;
 pub mod openapi;
 pub mod routes;
+pub mod rules;
 pub mod store;

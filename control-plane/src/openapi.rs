@@ -3,7 +3,7 @@
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use crate::api::{keys, ops};
+use crate::api::{keys, ops, rules};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -12,6 +12,10 @@ use crate::api::{keys, ops};
         ops::healthz, ops::readyz, ops::metrics, ops::openapi,
         keys::create, keys::list, keys::get, keys::rotate, keys::delete,
         keys::self_revoke, keys::self_revoke_api,
+        rules::unified::list, rules::unified::create, rules::unified::get, rules::unified::update, rules::unified::delete,
+        rules::action::list, rules::action::create, rules::action::get, rules::action::update, rules::action::delete,
+        rules::retrieval::list, rules::retrieval::create, rules::retrieval::get, rules::retrieval::update, rules::retrieval::delete,
+        rules::bypass_on, rules::bypass_off,
     ),
     modifiers(&BearerAuth),
 )]

@@ -4,11 +4,11 @@
 
 use axum::Router;
 use axum::http::Method;
-use axum::routing::{MethodRouter, delete, get, post};
+use axum::routing::{MethodRouter, delete, get, post, put};
 
-use crate::api::{keys, ops};
+use crate::api::{keys, ops, rules};
 use crate::app::AppState;
-use crate::auth::{self, Access, Permission as P};
+use crate::auth::{self, Access, Permission as P, Scope as S};
 use crate::extract::BodyLimit;
 use crate::idempotency;
 
@@ -36,12 +36,25 @@ const ANY_KEY: Access = Access {
 };
 
 const fn management(permissions: &'static [P]) -> Access {
+    scoped(permissions, &[])
+}
+
+const fn scoped(permissions: &'static [P], scopes: &'static [S]) -> Access {
     Access {
         permissions,
-        scopes: &[],
+        scopes,
         harness: false,
     }
 }
+
+// Spec §5.3: reads need `rules:read` or the surface's legacy read scope;
+// mutations `rules:write` or the surface's legacy write scope.
+const READ: &[S] = &[S::RulesRead];
+const READ_ALLOW: &[S] = &[S::RulesRead, S::AllowRead];
+const READ_RECALL: &[S] = &[S::RulesRead, S::RecallRead];
+const WRITE: &[S] = &[S::RulesWrite];
+const WRITE_ALLOW: &[S] = &[S::RulesWrite, S::AllowWrite];
+const WRITE_RECALL: &[S] = &[S::RulesWrite, S::RecallWrite];
 
 fn table() -> Vec<(RouteDef, MethodRouter<AppState>)> {
     let def = |method: &'static str, path, access: Option<Access>| RouteDef {
@@ -91,6 +104,139 @@ fn table() -> Vec<(RouteDef, MethodRouter<AppState>)> {
                 Some(management(&[P::ApiKeysRotate])),
             )),
             post(keys::rotate),
+        ),
+        // The rules collection, through its three surfaces (spec 4.1-4.3).
+        (
+            def("GET", "/rules", Some(scoped(&[P::AllowRulesView], READ))),
+            get(rules::unified::list),
+        ),
+        (
+            def(
+                "POST",
+                "/rules",
+                Some(scoped(&[P::AllowRulesCreate], WRITE)),
+            ),
+            post(rules::unified::create),
+        ),
+        (
+            def(
+                "GET",
+                "/rules/{id}",
+                Some(scoped(&[P::AllowRulesView], READ)),
+            ),
+            get(rules::unified::get),
+        ),
+        (
+            def(
+                "PUT",
+                "/rules/{id}",
+                Some(scoped(&[P::AllowRulesUpdate], WRITE)),
+            ),
+            put(rules::unified::update),
+        ),
+        (
+            def(
+                "DELETE",
+                "/rules/{id}",
+                Some(scoped(&[P::AllowRulesDelete], WRITE)),
+            ),
+            delete(rules::unified::delete),
+        ),
+        (
+            def(
+                "GET",
+                "/allow/rules",
+                Some(scoped(&[P::AllowRulesView], READ_ALLOW)),
+            ),
+            get(rules::action::list),
+        ),
+        (
+            def(
+                "POST",
+                "/allow/rules",
+                Some(scoped(&[P::AllowRulesCreate], WRITE_ALLOW)),
+            ),
+            post(rules::action::create),
+        ),
+        (
+            def(
+                "GET",
+                "/allow/rules/{id}",
+                Some(scoped(&[P::AllowRulesView], READ_ALLOW)),
+            ),
+            get(rules::action::get),
+        ),
+        (
+            def(
+                "PUT",
+                "/allow/rules/{id}",
+                Some(scoped(&[P::AllowRulesUpdate], WRITE_ALLOW)),
+            ),
+            put(rules::action::update),
+        ),
+        (
+            def(
+                "DELETE",
+                "/allow/rules/{id}",
+                Some(scoped(&[P::AllowRulesDelete], WRITE_ALLOW)),
+            ),
+            delete(rules::action::delete),
+        ),
+        (
+            def(
+                "GET",
+                "/recall/rules",
+                Some(scoped(&[P::RecallRulesView], READ_RECALL)),
+            ),
+            get(rules::retrieval::list),
+        ),
+        (
+            def(
+                "POST",
+                "/recall/rules",
+                Some(scoped(&[P::RecallRulesCreate], WRITE_RECALL)),
+            ),
+            post(rules::retrieval::create),
+        ),
+        (
+            def(
+                "GET",
+                "/recall/rules/{id}",
+                Some(scoped(&[P::RecallRulesView], READ_RECALL)),
+            ),
+            get(rules::retrieval::get),
+        ),
+        (
+            def(
+                "PUT",
+                "/recall/rules/{id}",
+                Some(scoped(&[P::RecallRulesUpdate], WRITE_RECALL)),
+            ),
+            put(rules::retrieval::update),
+        ),
+        (
+            def(
+                "DELETE",
+                "/recall/rules/{id}",
+                Some(scoped(&[P::RecallRulesDelete], WRITE_RECALL)),
+            ),
+            delete(rules::retrieval::delete),
+        ),
+        (
+            def(
+                "POST",
+                "/recall/rules/{id}/bypass",
+                Some(scoped(&[P::RecallRulesBypass], WRITE_RECALL)),
+            ),
+            post(rules::bypass_on),
+        ),
+        (
+            def(
+                "DELETE",
+                "/recall/rules/{id}/bypass",
+                Some(scoped(&[P::RecallRulesBypass], WRITE_RECALL)),
+            ),
+            delete(rules::bypass_off),
         ),
         (
             def("POST", "/allow/self/revoke", Some(ANY_KEY)),

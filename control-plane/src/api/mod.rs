@@ -3,3 +3,4 @@
 
 pub mod keys;
 pub mod ops;
+pub mod rules;

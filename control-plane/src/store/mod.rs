@@ -16,6 +16,8 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use uuid::Uuid;
 
+use warden_engine::model::{Bypass, Facet, Rule};
+
 use crate::auth::{Audience, Environment, Permission, Scope};
 
 pub use postgres::PostgresStore;
@@ -28,6 +30,10 @@ pub struct OrgId(pub Uuid);
 /// An API key's row id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 pub struct KeyId(pub Uuid);
+
+/// A rule's row id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub struct RuleId(pub Uuid);
 
 /// An organization.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -251,6 +257,48 @@ pub trait Store: Send + Sync + 'static {
 
     /// Audit entries of `org`, oldest first.
     async fn audit_entries(&self, org: OrgId) -> StoreResult<Vec<AuditEntry>>;
+
+    /// Inserts `rule`'s authored fields with a new id, the organization's
+    /// next `R-####` code, timestamps `now` and no bypass.
+    async fn create_rule(&self, org: OrgId, rule: &Rule, now: DateTime<Utc>) -> StoreResult<Rule>;
+
+    /// The rule `id` of `org`, with its source.
+    async fn rule(&self, org: OrgId, id: RuleId) -> StoreResult<Option<Rule>>;
+
+    /// Rules of `org` (without source) applying to any of `facets` (all
+    /// when `None`), priority descending, and how many there are.
+    async fn list_rules(
+        &self,
+        org: OrgId,
+        facets: Option<&[Facet]>,
+        page: Page,
+    ) -> StoreResult<(Vec<Rule>, u64)>;
+
+    /// Every rule of `org` with its source, in cascade order (bundles).
+    async fn all_rules(&self, org: OrgId) -> StoreResult<Vec<Rule>>;
+
+    /// Writes every mutable field of `rule` (matched by id within `org`);
+    /// `None` if there is no such rule.
+    async fn replace_rule(
+        &self,
+        org: OrgId,
+        rule: &Rule,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<Rule>>;
+
+    /// Deletes rule `id`; `false` if there was none.
+    async fn delete_rule(&self, org: OrgId, id: RuleId) -> StoreResult<bool>;
+
+    /// Sets the bypass state of rule `id` and writes `audit`, in one
+    /// transaction; `None` if there is no such rule.
+    async fn set_bypass(
+        &self,
+        org: OrgId,
+        id: RuleId,
+        bypass: &Bypass,
+        audit: AuditEntry,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<Rule>>;
 
     /// Claims `key` for a request with `request_hash`, in flight from `now`
     /// until done or `expires_at`.

@@ -137,3 +137,70 @@ impl From<IdemRow> for super::IdemRecord {
         }
     }
 }
+
+#[derive(sqlx::FromRow)]
+pub(super) struct RuleRow {
+    id: Uuid,
+    rule_code: String,
+    name: String,
+    description: Option<String>,
+    natural_language: Option<String>,
+    rego_source: Option<String>,
+    effect: String,
+    priority: i64,
+    enabled: bool,
+    /// A JSON array as text in both backends, so a `LIKE` can filter it.
+    applies_to: String,
+    target_app: Option<String>,
+    action_pattern: Option<String>,
+    trust_tier: Option<String>,
+    surface: Option<String>,
+    principal_exclusions: Option<Json<Vec<String>>>,
+    bypass_active: bool,
+    bypass_reason: Option<String>,
+    bypass_activated_by: Option<String>,
+    bypass_activated_at: Option<DateTime<Utc>>,
+    bypass_expires_at: Option<DateTime<Utc>>,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+}
+
+impl TryFrom<RuleRow> for warden_engine::model::Rule {
+    type Error = StoreError;
+
+    fn try_from(r: RuleRow) -> StoreResult<warden_engine::model::Rule> {
+        use warden_engine::model::{Bypass, Decision, Facet};
+        Ok(warden_engine::model::Rule {
+            id: r.id,
+            rule_code: r.rule_code,
+            name: r.name,
+            description: r.description,
+            natural_language: r.natural_language,
+            rego_source: r.rego_source,
+            effect: Decision::parse(&r.effect)
+                .ok_or_else(|| StoreError::Corrupt(format!("unknown effect `{}`", r.effect)))?,
+            priority: r.priority,
+            enabled: r.enabled,
+            applies_to: parse_each(
+                &serde_json::from_str::<Vec<String>>(&r.applies_to)
+                    .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+                Facet::parse,
+                "facet",
+            )?,
+            target_app: r.target_app,
+            action_pattern: r.action_pattern,
+            trust_tier: r.trust_tier,
+            surface: r.surface,
+            principal_exclusions: r.principal_exclusions.map(|j| j.0),
+            bypass: Bypass {
+                bypass_active: r.bypass_active,
+                bypass_reason: r.bypass_reason,
+                bypass_activated_by: r.bypass_activated_by,
+                bypass_activated_at: r.bypass_activated_at,
+                bypass_expires_at: r.bypass_expires_at,
+            },
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+        })
+    }
+}

@@ -8,6 +8,32 @@ pub(super) const KEY_COLUMNS: &str = "id, org_id, name, key_hash, display, audie
      permissions, scopes, agent_id, created_by, created_at, expires_at, revoked_at, replaced_by, \
      last_used_at";
 
+/// The columns a rule's author sets, bound as `$1`..`$13` by `bind_rule_fields`.
+pub(super) const RULE_FIELDS: &str = "name, description, natural_language, rego_source, effect, priority, enabled, \
+     applies_to, target_app, action_pattern, trust_tier, surface, principal_exclusions";
+
+/// Columns of `rules`, in `RuleRow`'s order; `{source}` is `rego_source`
+/// or a NULL for lists.
+pub(super) fn rule_columns(with_source: bool) -> String {
+    format!(
+        "id, rule_code, name, description, natural_language, {}, effect, priority, enabled, \
+         applies_to, target_app, action_pattern, trust_tier, surface, principal_exclusions, \
+         bypass_active, bypass_reason, bypass_activated_by, bypass_activated_at, bypass_expires_at, \
+         created_at, updated_at",
+        if with_source {
+            "rego_source"
+        } else {
+            "CAST(NULL AS TEXT) AS rego_source"
+        }
+    )
+}
+
+/// `applies_to` as stored: a JSON array of facet names.
+pub(super) fn facets_json(facets: &[warden_engine::model::Facet]) -> String {
+    serde_json::to_string(&facets.iter().map(|f| f.as_str()).collect::<Vec<_>>())
+        .unwrap_or_else(|_| "[]".into())
+}
+
 /// Maps a driver error, turning unique violations into conflicts.
 pub(super) fn map_err(e: sqlx::Error) -> super::StoreError {
     match &e {
@@ -24,11 +50,13 @@ macro_rules! store_impl {
         use chrono::{DateTime, Utc};
         use uuid::Uuid;
 
-        use super::rows::{AuditRow, IdemRow, KeyRow, OrgRow, names};
-        use super::sql::{KEY_COLUMNS, map_err};
+        use warden_engine::model::{Bypass, Facet, Rule};
+
+        use super::rows::{AuditRow, IdemRow, KeyRow, OrgRow, RuleRow, names};
+        use super::sql::{KEY_COLUMNS, RULE_FIELDS, facets_json, map_err, rule_columns};
         use super::{
-            ApiKey, AuditEntry, IdemClaim, IdemKey, IdemRecord, KeyId, NewKey, OrgId, Organization, Page,
-            Retire, Store, StoreResult,
+            ApiKey, AuditEntry, IdemClaim, IdemKey, IdemRecord, KeyId, NewKey, OrgId, Organization,
+            Page, Retire, RuleId, Store, StoreResult,
         };
 
         async fn insert_key<'c, E>(exec: E, key: &NewKey, now: DateTime<Utc>) -> StoreResult<ApiKey>
@@ -79,6 +107,35 @@ macro_rules! store_impl {
             .await
             .map_err(map_err)?;
             Ok(())
+        }
+
+        /// Binds the rule's own fields as `$1`..`$13`, in `RULE_FIELDS` order.
+        fn bind_rule_fields<'q>(
+            q: sqlx::query::Query<'q, $db, <$db as sqlx::Database>::Arguments<'q>>,
+            r: &'q Rule,
+        ) -> sqlx::query::Query<'q, $db, <$db as sqlx::Database>::Arguments<'q>> {
+            q.bind(&r.name)
+                .bind(&r.description)
+                .bind(&r.natural_language)
+                .bind(r.rego_source.as_deref().unwrap_or_default())
+                .bind(r.effect.as_str())
+                .bind(r.priority)
+                .bind(r.enabled)
+                .bind(facets_json(&r.applies_to))
+                .bind(&r.target_app)
+                .bind(&r.action_pattern)
+                .bind(&r.trust_tier)
+                .bind(&r.surface)
+                .bind(r.principal_exclusions.as_ref().map(sqlx::types::Json))
+        }
+
+        async fn rule_in<'c, E>(exec: E, org: OrgId, id: RuleId) -> StoreResult<Option<Rule>>
+        where
+            E: sqlx::Executor<'c, Database = $db>,
+        {
+            let sql = format!("SELECT {} FROM rules WHERE id = $1 AND org_id = $2", rule_columns(true));
+            let row: Option<RuleRow> = sqlx::query_as(&sql).bind(id.0).bind(org.0).fetch_optional(exec).await.map_err(map_err)?;
+            row.map(Rule::try_from).transpose()
         }
 
         #[async_trait]
@@ -250,6 +307,129 @@ macro_rules! store_impl {
                 .await
                 .map_err(map_err)?;
                 Ok(rows.into_iter().map(AuditEntry::from).collect())
+            }
+
+            async fn create_rule(&self, org: OrgId, r: &Rule, now: DateTime<Utc>) -> StoreResult<Rule> {
+                let mut tx = self.pool.begin().await.map_err(map_err)?;
+                let (n,): (i64,) = sqlx::query_as(
+                    "INSERT INTO counters (org_id, name, value) VALUES ($1, 'rule_code', 1) \
+                     ON CONFLICT (org_id, name) DO UPDATE SET value = counters.value + 1 RETURNING value",
+                )
+                .bind(org.0)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(map_err)?;
+                let id = Uuid::new_v4();
+                let insert = format!(
+                    "INSERT INTO rules ({RULE_FIELDS}, id, org_id, rule_code, created_at, updated_at, bypass_active) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $17, FALSE)"
+                );
+                bind_rule_fields(sqlx::query(&insert), r)
+                    .bind(id)
+                    .bind(org.0)
+                    .bind(format!("R-{n:04}"))
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(map_err)?;
+                let rule = rule_in(&mut *tx, org, RuleId(id)).await?;
+                tx.commit().await.map_err(map_err)?;
+                rule.ok_or_else(|| super::StoreError::Corrupt("rule vanished after insert".into()))
+            }
+
+            async fn rule(&self, org: OrgId, id: RuleId) -> StoreResult<Option<Rule>> {
+                rule_in(&self.pool, org, id).await
+            }
+
+            async fn list_rules(&self, org: OrgId, facets: Option<&[Facet]>, page: Page) -> StoreResult<(Vec<Rule>, u64)> {
+                let wants = |f: Facet| facets.is_none_or(|fs| fs.contains(&f));
+                let filter = "org_id = $1 AND ((applies_to LIKE '%\"action\"%' AND $2) \
+                     OR (applies_to LIKE '%\"retrieval\"%' AND $3) OR (applies_to LIKE '%\"delegation\"%' AND $4))";
+                let sql = format!(
+                    "SELECT {} FROM rules WHERE {filter} ORDER BY priority DESC, created_at, id LIMIT $5 OFFSET $6",
+                    rule_columns(false)
+                );
+                let rows: Vec<RuleRow> = sqlx::query_as(&sql)
+                    .bind(org.0)
+                    .bind(wants(Facet::Action))
+                    .bind(wants(Facet::Retrieval))
+                    .bind(wants(Facet::Delegation))
+                    .bind(i64::from(page.limit))
+                    .bind(page.offset())
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(map_err)?;
+                let (total,): (i64,) = sqlx::query_as(&format!("SELECT COUNT(*) FROM rules WHERE {filter}"))
+                    .bind(org.0)
+                    .bind(wants(Facet::Action))
+                    .bind(wants(Facet::Retrieval))
+                    .bind(wants(Facet::Delegation))
+                    .fetch_one(&self.pool)
+                    .await
+                    .map_err(map_err)?;
+                let rules = rows.into_iter().map(Rule::try_from).collect::<StoreResult<_>>()?;
+                Ok((rules, u64::try_from(total).unwrap_or(0)))
+            }
+
+            async fn all_rules(&self, org: OrgId) -> StoreResult<Vec<Rule>> {
+                let sql = format!(
+                    "SELECT {} FROM rules WHERE org_id = $1 ORDER BY priority DESC, created_at, id",
+                    rule_columns(true)
+                );
+                let rows: Vec<RuleRow> = sqlx::query_as(&sql).bind(org.0).fetch_all(&self.pool).await.map_err(map_err)?;
+                rows.into_iter().map(Rule::try_from).collect()
+            }
+
+            async fn replace_rule(&self, org: OrgId, r: &Rule, now: DateTime<Utc>) -> StoreResult<Option<Rule>> {
+                let sets: Vec<String> = RULE_FIELDS.split(", ").enumerate().map(|(i, c)| format!("{c} = ${}", i + 1)).collect();
+                let update = format!("UPDATE rules SET {}, updated_at = $14 WHERE id = $15 AND org_id = $16", sets.join(", "));
+                let done = bind_rule_fields(sqlx::query(&update), r)
+                    .bind(now)
+                    .bind(r.id)
+                    .bind(org.0)
+                    .execute(&self.pool)
+                    .await
+                    .map_err(map_err)?;
+                if done.rows_affected() == 0 {
+                    return Ok(None);
+                }
+                rule_in(&self.pool, org, RuleId(r.id)).await
+            }
+
+            async fn delete_rule(&self, org: OrgId, id: RuleId) -> StoreResult<bool> {
+                let done = sqlx::query("DELETE FROM rules WHERE id = $1 AND org_id = $2")
+                    .bind(id.0)
+                    .bind(org.0)
+                    .execute(&self.pool)
+                    .await
+                    .map_err(map_err)?;
+                Ok(done.rows_affected() > 0)
+            }
+
+            async fn set_bypass(&self, org: OrgId, id: RuleId, b: &Bypass, audit: AuditEntry, now: DateTime<Utc>) -> StoreResult<Option<Rule>> {
+                let mut tx = self.pool.begin().await.map_err(map_err)?;
+                let done = sqlx::query(
+                    "UPDATE rules SET bypass_active = $1, bypass_reason = $2, bypass_activated_by = $3, \
+                     bypass_activated_at = $4, bypass_expires_at = $5, updated_at = $6 WHERE id = $7 AND org_id = $8",
+                )
+                .bind(b.bypass_active)
+                .bind(&b.bypass_reason)
+                .bind(&b.bypass_activated_by)
+                .bind(b.bypass_activated_at)
+                .bind(b.bypass_expires_at)
+                .bind(now)
+                .bind(id.0)
+                .bind(org.0)
+                .execute(&mut *tx)
+                .await
+                .map_err(map_err)?;
+                if done.rows_affected() == 0 {
+                    return Ok(None);
+                }
+                insert_audit(&mut *tx, &audit).await?;
+                let rule = rule_in(&mut *tx, org, id).await?;
+                tx.commit().await.map_err(map_err)?;
+                Ok(rule)
             }
 
             async fn idem_claim(

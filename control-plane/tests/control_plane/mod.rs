@@ -4,5 +4,6 @@ mod envelope;
 mod idempotency;
 mod keys;
 mod limits;
+mod rules;
 mod store;
 mod support;
