@@ -3,7 +3,7 @@
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use crate::api::{keys, ops, rules};
+use crate::api::{keys, ops, rules, settings};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -16,6 +16,7 @@ use crate::api::{keys, ops, rules};
         rules::action::list, rules::action::create, rules::action::get, rules::action::update, rules::action::delete,
         rules::retrieval::list, rules::retrieval::create, rules::retrieval::get, rules::retrieval::update, rules::retrieval::delete,
         rules::bypass_on, rules::bypass_off,
+        settings::get, settings::put,
     ),
     modifiers(&BearerAuth),
 )]

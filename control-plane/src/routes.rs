@@ -6,7 +6,7 @@ use axum::Router;
 use axum::http::Method;
 use axum::routing::{MethodRouter, delete, get, post, put};
 
-use crate::api::{keys, ops, rules};
+use crate::api::{keys, ops, rules, settings};
 use crate::app::AppState;
 use crate::auth::{self, Access, Permission as P, Scope as S};
 use crate::extract::BodyLimit;
@@ -104,6 +104,22 @@ fn table() -> Vec<(RouteDef, MethodRouter<AppState>)> {
                 Some(management(&[P::ApiKeysRotate])),
             )),
             post(keys::rotate),
+        ),
+        (
+            def(
+                "GET",
+                "/allow/settings",
+                Some(management(&[P::AllowSettingsView])),
+            ),
+            get(settings::get),
+        ),
+        (
+            def(
+                "PUT",
+                "/allow/settings",
+                Some(management(&[P::AllowSettingsUpdate])),
+            ),
+            put(settings::put),
         ),
         // The rules collection, through its three surfaces (spec 4.1-4.3).
         (

@@ -4,3 +4,4 @@
 pub mod keys;
 pub mod ops;
 pub mod rules;
+pub mod settings;

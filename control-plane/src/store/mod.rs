@@ -16,7 +16,11 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use uuid::Uuid;
 
-use warden_engine::model::{Bypass, Facet, Rule};
+use serde::Deserialize;
+use warden_engine::model::{
+    AgentMode, AgentNoCoverage, BusinessFunction, Bypass, Facet, ModeByOperation,
+    NoCoverageSettings, Rule,
+};
 
 use crate::auth::{Audience, Environment, Permission, Scope};
 
@@ -34,6 +38,114 @@ pub struct KeyId(pub Uuid);
 /// A rule's row id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 pub struct RuleId(pub Uuid);
+
+/// A webhook (or later, other) channel approval items are announced on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NotificationChannel {
+    /// `webhook`: a JSON `POST` of the item to `url`.
+    #[serde(rename = "type")]
+    pub kind: ChannelKind,
+    /// `http://` or `https://`.
+    pub url: String,
+}
+
+/// Kinds of notification channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ChannelKind {
+    Webhook,
+}
+
+/// An organization's action-governance settings (spec 2.9) as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SettingsDoc {
+    #[serde(flatten)]
+    pub no_coverage: NoCoverageSettings,
+    #[serde(default)]
+    pub notification_channels: Vec<NotificationChannel>,
+    #[serde(default = "monitor")]
+    pub default_agent_mode: AgentMode,
+}
+
+fn monitor() -> AgentMode {
+    AgentMode::Monitor
+}
+
+impl Default for SettingsDoc {
+    fn default() -> SettingsDoc {
+        SettingsDoc {
+            no_coverage: NoCoverageSettings::default(),
+            notification_channels: Vec::new(),
+            default_agent_mode: AgentMode::Monitor,
+        }
+    }
+}
+
+/// The settings row of an organization.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    pub id: Uuid,
+    pub doc: SettingsDoc,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// An agent's fields that no query filters on (spec 2.2), stored as JSON.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AgentDoc {
+    pub name: String,
+    #[serde(default)]
+    pub description: Option<String>,
+    #[serde(default)]
+    pub mode_by_operation: ModeByOperation,
+    #[serde(default)]
+    pub owner_email: Option<String>,
+    #[serde(default)]
+    pub hitl_pathway: Option<String>,
+    #[serde(default)]
+    pub trust_tier: Option<String>,
+    #[serde(default)]
+    pub categories: Vec<String>,
+    #[serde(default)]
+    pub no_coverage: Option<AgentNoCoverage>,
+    #[serde(default)]
+    pub business_function: Option<BusinessFunction>,
+    #[serde(default)]
+    pub agent_os: Option<String>,
+    #[serde(default)]
+    pub agent_hostname: Option<String>,
+    #[serde(default)]
+    pub agent_ip: Option<String>,
+    #[serde(default)]
+    pub agent_username: Option<String>,
+    /// `sdk` or `cli_harness` (from registration).
+    #[serde(default)]
+    pub kind: Option<String>,
+    /// A human set the name: AI naming leaves it alone.
+    #[serde(default)]
+    pub name_pinned: bool,
+    /// A human set the business function: AI classification leaves it alone.
+    #[serde(default)]
+    pub business_function_pinned: bool,
+}
+
+/// An agent row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Agent {
+    /// Row id (the `:id` of `/allow/agents/:id`).
+    pub id: Uuid,
+    pub org: OrgId,
+    /// The logical identifier agents present.
+    pub agent_id: String,
+    /// `None`: inherits the organization's `default_agent_mode`.
+    pub mode: Option<AgentMode>,
+    pub doc: AgentDoc,
+    /// Set when the agent was shut down by `DELETE`.
+    pub deleted_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
 
 /// An organization.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -299,6 +411,64 @@ pub trait Store: Send + Sync + 'static {
         audit: AuditEntry,
         now: DateTime<Utc>,
     ) -> StoreResult<Option<Rule>>;
+
+    /// The settings of `org`, created with the defaults if missing; `true`
+    /// when this call created them.
+    async fn ensure_settings(
+        &self,
+        org: OrgId,
+        now: DateTime<Utc>,
+    ) -> StoreResult<(Settings, bool)>;
+
+    /// Replaces the settings document of `org` (which must exist).
+    async fn save_settings(
+        &self,
+        org: OrgId,
+        doc: &SettingsDoc,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Settings>;
+
+    /// Inserts an agent; `Conflict` when `agent_id` exists in `org` (even
+    /// shut down).
+    async fn insert_agent(
+        &self,
+        org: OrgId,
+        agent_id: &str,
+        mode: Option<AgentMode>,
+        doc: &AgentDoc,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Agent>;
+
+    /// Inserts the agent if `agent_id` is unknown in `org`; returns the row
+    /// either way (auto-provisioning and registration).
+    async fn provision_agent(
+        &self,
+        org: OrgId,
+        agent_id: &str,
+        mode: Option<AgentMode>,
+        doc: &AgentDoc,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Agent>;
+
+    /// The agent with row id `id` (shut-down ones included).
+    async fn agent(&self, org: OrgId, id: Uuid) -> StoreResult<Option<Agent>>;
+
+    /// The agent whose logical id is `agent_id` (shut-down ones included).
+    async fn agent_by_agent_id(&self, org: OrgId, agent_id: &str) -> StoreResult<Option<Agent>>;
+
+    /// Live agents of `org`, newest first, and how many there are.
+    async fn list_agents(&self, org: OrgId, page: Page) -> StoreResult<(Vec<Agent>, u64)>;
+
+    /// Writes `mode`, `doc` and `deleted_at` of agent `id`; `None` if missing.
+    async fn save_agent(
+        &self,
+        org: OrgId,
+        id: Uuid,
+        mode: Option<AgentMode>,
+        doc: &AgentDoc,
+        deleted_at: Option<DateTime<Utc>>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<Agent>>;
 
     /// Claims `key` for a request with `request_hash`, in flight from `now`
     /// until done or `expires_at`.

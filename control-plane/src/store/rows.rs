@@ -204,3 +204,62 @@ impl TryFrom<RuleRow> for warden_engine::model::Rule {
         })
     }
 }
+
+#[derive(sqlx::FromRow)]
+pub(super) struct SettingsRow {
+    id: Uuid,
+    doc: String,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+}
+
+impl TryFrom<SettingsRow> for super::Settings {
+    type Error = StoreError;
+
+    fn try_from(r: SettingsRow) -> StoreResult<super::Settings> {
+        Ok(super::Settings {
+            id: r.id,
+            doc: serde_json::from_str(&r.doc)
+                .map_err(|e| StoreError::Corrupt(format!("settings: {e}")))?,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+        })
+    }
+}
+
+#[derive(sqlx::FromRow)]
+pub(super) struct AgentRow {
+    id: Uuid,
+    org_id: Uuid,
+    agent_id: String,
+    mode: Option<String>,
+    doc: String,
+    deleted_at: Option<DateTime<Utc>>,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+}
+
+impl TryFrom<AgentRow> for super::Agent {
+    type Error = StoreError;
+
+    fn try_from(r: AgentRow) -> StoreResult<super::Agent> {
+        let mode = match r.mode {
+            None => None,
+            Some(m) => Some(
+                serde_json::from_value(serde_json::Value::String(m.clone()))
+                    .map_err(|_| StoreError::Corrupt(format!("unknown mode `{m}`")))?,
+            ),
+        };
+        Ok(super::Agent {
+            id: r.id,
+            org: OrgId(r.org_id),
+            agent_id: r.agent_id,
+            mode,
+            doc: serde_json::from_str(&r.doc)
+                .map_err(|e| StoreError::Corrupt(format!("agent: {e}")))?,
+            deleted_at: r.deleted_at,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+        })
+    }
+}

@@ -52,11 +52,11 @@ macro_rules! store_impl {
 
         use warden_engine::model::{Bypass, Facet, Rule};
 
-        use super::rows::{AuditRow, IdemRow, KeyRow, OrgRow, RuleRow, names};
+        use super::rows::{AgentRow, AuditRow, IdemRow, KeyRow, OrgRow, RuleRow, SettingsRow, names};
         use super::sql::{KEY_COLUMNS, RULE_FIELDS, facets_json, map_err, rule_columns};
         use super::{
             ApiKey, AuditEntry, IdemClaim, IdemKey, IdemRecord, KeyId, NewKey, OrgId, Organization,
-            Page, Retire, RuleId, Store, StoreResult,
+            Page, Retire, RuleId, Store, StoreResult, Settings, SettingsDoc, Agent, AgentDoc,
         };
 
         async fn insert_key<'c, E>(exec: E, key: &NewKey, now: DateTime<Utc>) -> StoreResult<ApiKey>
@@ -127,6 +127,16 @@ macro_rules! store_impl {
                 .bind(&r.trust_tier)
                 .bind(&r.surface)
                 .bind(r.principal_exclusions.as_ref().map(sqlx::types::Json))
+        }
+
+        const AGENT_COLUMNS: &str = "id, org_id, agent_id, mode, doc, deleted_at, created_at, updated_at";
+
+        fn json_text<T: serde::Serialize>(v: &T) -> String {
+            serde_json::to_string(v).unwrap_or_else(|_| "null".into())
+        }
+
+        fn mode_text(m: Option<warden_engine::model::AgentMode>) -> Option<&'static str> {
+            m.map(|m| m.as_str())
         }
 
         async fn rule_in<'c, E>(exec: E, org: OrgId, id: RuleId) -> StoreResult<Option<Rule>>
@@ -430,6 +440,135 @@ macro_rules! store_impl {
                 let rule = rule_in(&mut *tx, org, id).await?;
                 tx.commit().await.map_err(map_err)?;
                 Ok(rule)
+            }
+
+            async fn ensure_settings(&self, org: OrgId, now: DateTime<Utc>) -> StoreResult<(Settings, bool)> {
+                let inserted = sqlx::query(
+                    "INSERT INTO settings (org_id, id, doc, created_at, updated_at) VALUES ($1, $2, $3, $4, $4) \
+                     ON CONFLICT (org_id) DO NOTHING",
+                )
+                .bind(org.0)
+                .bind(Uuid::new_v4())
+                .bind(json_text(&SettingsDoc::default()))
+                .bind(now)
+                .execute(&self.pool)
+                .await
+                .map_err(map_err)?;
+                let row: SettingsRow = sqlx::query_as("SELECT id, doc, created_at, updated_at FROM settings WHERE org_id = $1")
+                    .bind(org.0)
+                    .fetch_one(&self.pool)
+                    .await
+                    .map_err(map_err)?;
+                Ok((Settings::try_from(row)?, inserted.rows_affected() == 1))
+            }
+
+            async fn save_settings(&self, org: OrgId, doc: &SettingsDoc, now: DateTime<Utc>) -> StoreResult<Settings> {
+                let row: SettingsRow = sqlx::query_as(
+                    "UPDATE settings SET doc = $1, updated_at = $2 WHERE org_id = $3 RETURNING id, doc, created_at, updated_at",
+                )
+                .bind(json_text(doc))
+                .bind(now)
+                .bind(org.0)
+                .fetch_one(&self.pool)
+                .await
+                .map_err(map_err)?;
+                Settings::try_from(row)
+            }
+
+            async fn insert_agent(&self, org: OrgId, agent_id: &str, mode: Option<warden_engine::model::AgentMode>, doc: &AgentDoc, now: DateTime<Utc>) -> StoreResult<Agent> {
+                let sql = format!(
+                    "INSERT INTO agents (id, org_id, agent_id, mode, doc, deleted_at, created_at, updated_at) \
+                     VALUES ($1, $2, $3, $4, $5, NULL, $6, $6) RETURNING {AGENT_COLUMNS}"
+                );
+                let row: AgentRow = sqlx::query_as(&sql)
+                    .bind(Uuid::new_v4())
+                    .bind(org.0)
+                    .bind(agent_id)
+                    .bind(mode_text(mode))
+                    .bind(json_text(doc))
+                    .bind(now)
+                    .fetch_one(&self.pool)
+                    .await
+                    .map_err(map_err)?;
+                Agent::try_from(row)
+            }
+
+            async fn provision_agent(&self, org: OrgId, agent_id: &str, mode: Option<warden_engine::model::AgentMode>, doc: &AgentDoc, now: DateTime<Utc>) -> StoreResult<Agent> {
+                sqlx::query(
+                    "INSERT INTO agents (id, org_id, agent_id, mode, doc, deleted_at, created_at, updated_at) \
+                     VALUES ($1, $2, $3, $4, $5, NULL, $6, $6) ON CONFLICT (org_id, agent_id) DO NOTHING",
+                )
+                .bind(Uuid::new_v4())
+                .bind(org.0)
+                .bind(agent_id)
+                .bind(mode_text(mode))
+                .bind(json_text(doc))
+                .bind(now)
+                .execute(&self.pool)
+                .await
+                .map_err(map_err)?;
+                self.agent_by_agent_id(org, agent_id)
+                    .await?
+                    .ok_or_else(|| super::StoreError::Corrupt("agent vanished after insert".into()))
+            }
+
+            async fn agent(&self, org: OrgId, id: Uuid) -> StoreResult<Option<Agent>> {
+                let sql = format!("SELECT {AGENT_COLUMNS} FROM agents WHERE id = $1 AND org_id = $2");
+                let row: Option<AgentRow> = sqlx::query_as(&sql).bind(id).bind(org.0).fetch_optional(&self.pool).await.map_err(map_err)?;
+                row.map(Agent::try_from).transpose()
+            }
+
+            async fn agent_by_agent_id(&self, org: OrgId, agent_id: &str) -> StoreResult<Option<Agent>> {
+                let sql = format!("SELECT {AGENT_COLUMNS} FROM agents WHERE agent_id = $1 AND org_id = $2");
+                let row: Option<AgentRow> = sqlx::query_as(&sql).bind(agent_id).bind(org.0).fetch_optional(&self.pool).await.map_err(map_err)?;
+                row.map(Agent::try_from).transpose()
+            }
+
+            async fn list_agents(&self, org: OrgId, page: Page) -> StoreResult<(Vec<Agent>, u64)> {
+                let sql = format!(
+                    "SELECT {AGENT_COLUMNS} FROM agents WHERE org_id = $1 AND deleted_at IS NULL \
+                     ORDER BY created_at DESC, id LIMIT $2 OFFSET $3"
+                );
+                let rows: Vec<AgentRow> = sqlx::query_as(&sql)
+                    .bind(org.0)
+                    .bind(i64::from(page.limit))
+                    .bind(page.offset())
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(map_err)?;
+                let (total,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM agents WHERE org_id = $1 AND deleted_at IS NULL")
+                    .bind(org.0)
+                    .fetch_one(&self.pool)
+                    .await
+                    .map_err(map_err)?;
+                let agents = rows.into_iter().map(Agent::try_from).collect::<StoreResult<_>>()?;
+                Ok((agents, u64::try_from(total).unwrap_or(0)))
+            }
+
+            async fn save_agent(
+                &self,
+                org: OrgId,
+                id: Uuid,
+                mode: Option<warden_engine::model::AgentMode>,
+                doc: &AgentDoc,
+                deleted_at: Option<DateTime<Utc>>,
+                now: DateTime<Utc>,
+            ) -> StoreResult<Option<Agent>> {
+                let sql = format!(
+                    "UPDATE agents SET mode = $1, doc = $2, deleted_at = $3, updated_at = $4 \
+                     WHERE id = $5 AND org_id = $6 RETURNING {AGENT_COLUMNS}"
+                );
+                let row: Option<AgentRow> = sqlx::query_as(&sql)
+                    .bind(mode_text(mode))
+                    .bind(json_text(doc))
+                    .bind(deleted_at)
+                    .bind(now)
+                    .bind(id)
+                    .bind(org.0)
+                    .fetch_optional(&self.pool)
+                    .await
+                    .map_err(map_err)?;
+                row.map(Agent::try_from).transpose()
             }
 
             async fn idem_claim(

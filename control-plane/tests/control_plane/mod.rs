@@ -5,5 +5,6 @@ mod idempotency;
 mod keys;
 mod limits;
 mod rules;
+mod settings;
 mod store;
 mod support;
