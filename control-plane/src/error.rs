@@ -75,6 +75,9 @@ pub enum ApiError {
     /// revoking beyond the caller's own permissions).
     #[error("{0}")]
     ExceededPermissions(&'static str, Vec<Permission>),
+    /// 403 `agent_key_mismatch`: an agent key acting for another agent.
+    #[error("agent key bound to another agent")]
+    AgentKeyMismatch,
     /// 404 `not_found`.
     #[error("not found")]
     NotFound,
@@ -130,7 +133,8 @@ impl ApiError {
             InsufficientPermission(_)
             | InsufficientScope { .. }
             | HarnessKeyNotPermitted
-            | ExceededPermissions(..) => StatusCode::FORBIDDEN,
+            | ExceededPermissions(..)
+            | AgentKeyMismatch => StatusCode::FORBIDDEN,
             NotFound => StatusCode::NOT_FOUND,
             Conflict(_) | IdempotencyInFlight => StatusCode::CONFLICT,
             InvalidIdempotencyKey(_) => StatusCode::BAD_REQUEST,
@@ -188,6 +192,11 @@ impl ApiError {
                 ((*msg).into(), None, None)
             }
             NotFound => ("not_found".into(), None, None),
+            AgentKeyMismatch => (
+                "agent_key_mismatch".into(),
+                Some("this agent key acts only for the agent it was issued to".into()),
+                None,
+            ),
             Conflict(what) => ("conflict".into(), Some(what.clone()), None),
             InvalidIdempotencyKey(why) => ("invalid_idempotency_key".into(), Some((*why).into()), None),
             IdempotencyKeyReused => (

@@ -199,6 +199,11 @@ impl Issues {
         }
     }
 
+    /// Whether no issue was found so far.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
     /// `Ok` when there is no issue, else `400 Invalid request body` with
     /// the issues in `shape`.
     pub fn into_result(self, shape: DetailsShape) -> Result<(), ApiError> {
@@ -241,6 +246,23 @@ impl<S: Send + Sync> FromRequestParts<S> for RuleIdPath {
         Uuid::parse_str(&raw)
             .map(|u| RuleIdPath(crate::store::RuleId(u)))
             .map_err(|_| ApiError::InvalidPathId("Invalid rule ID"))
+    }
+}
+
+/// An agent's row id in the path: a malformed one is `400 Invalid agent ID`.
+#[derive(Debug, Clone, Copy)]
+pub struct AgentIdPath(pub Uuid);
+
+impl<S: Send + Sync> FromRequestParts<S> for AgentIdPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<AgentIdPath, ApiError> {
+        let Path(raw) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|_| ApiError::InvalidPathId("Invalid agent ID"))?;
+        Uuid::parse_str(&raw)
+            .map(AgentIdPath)
+            .map_err(|_| ApiError::InvalidPathId("Invalid agent ID"))
     }
 }
 

@@ -83,6 +83,8 @@ pub struct KeySpec {
     pub scopes: Vec<Scope>,
     pub expiry: Expiry,
     pub agent_id: Option<String>,
+    /// A caller-chosen plaintext (custom agent keys); generated when `None`.
+    pub plaintext: Option<String>,
 }
 
 /// A key as just created or rotated: the row and the plaintext, shown once.
@@ -173,7 +175,10 @@ pub async fn create(
             });
         }
     }
-    let secret = secret_for(spec.agent_id.is_some(), spec.environment);
+    let secret = match spec.plaintext {
+        Some(p) => auth::custom(p),
+        None => secret_for(spec.agent_id.is_some(), spec.environment),
+    };
     let new = NewKey {
         org,
         name: spec.name,

@@ -23,6 +23,7 @@
 //! Decisions are made by `warden-engine`; this crate stores, serves and
 //! authorizes. It never logs key material, request bodies or headers.
 
+pub mod agents;
 pub mod api;
 pub mod app;
 pub mod auth;

@@ -245,6 +245,7 @@ async fn keys_command(cmd: KeysCommand) -> anyhow::Result<()> {
                 expiry: Expiry::parse(&expires)
                     .context("--expires must be 30d, 90d, 180d, 1y or never")?,
                 agent_id: None,
+                plaintext: None,
             };
             let org = store.ensure_org(&org, now).await?;
             let issued = keys::create(store.as_ref(), org.id, None, spec, now)

@@ -6,7 +6,7 @@ use axum::Router;
 use axum::http::Method;
 use axum::routing::{MethodRouter, delete, get, post, put};
 
-use crate::api::{keys, ops, rules, settings};
+use crate::api::{agents, keys, ops, rules, settings};
 use crate::app::AppState;
 use crate::auth::{self, Access, Permission as P, Scope as S};
 use crate::extract::BodyLimit;
@@ -27,6 +27,14 @@ pub struct RouteDef {
 }
 
 const KEY_ADMIN: &[P] = &[P::ApiKeysCreate, P::ApiKeysRotate, P::ApiKeysDelete];
+
+/// `POST /allow/agents/register`: on the harness allowlist; management keys
+/// need the agent-management permission and an evaluation scope (spec 4.2).
+const OPERATIONAL_AGENTS: Access = Access {
+    permissions: &[P::AllowAgentsCreate],
+    scopes: &[S::RulesEvaluate, S::AllowWrite],
+    harness: true,
+};
 
 /// Any authenticated key (harness keys too), no permission or scope.
 const ANY_KEY: Access = Access {
@@ -104,6 +112,58 @@ fn table() -> Vec<(RouteDef, MethodRouter<AppState>)> {
                 Some(management(&[P::ApiKeysRotate])),
             )),
             post(keys::rotate),
+        ),
+        (
+            def(
+                "GET",
+                "/allow/agents",
+                Some(management(&[P::AllowAgentsView])),
+            ),
+            get(agents::list),
+        ),
+        (
+            def(
+                "POST",
+                "/allow/agents",
+                Some(management(&[P::AllowAgentsCreate])),
+            ),
+            post(agents::create),
+        ),
+        (
+            def(
+                "GET",
+                "/allow/agents/{id}",
+                Some(management(&[P::AllowAgentsView])),
+            ),
+            get(agents::get),
+        ),
+        (
+            def(
+                "PUT",
+                "/allow/agents/{id}",
+                Some(management(&[P::AllowAgentsUpdate])),
+            ),
+            put(agents::update),
+        ),
+        (
+            def(
+                "DELETE",
+                "/allow/agents/{id}",
+                Some(management(&[P::AllowAgentsDelete])),
+            ),
+            delete(agents::delete),
+        ),
+        (
+            def(
+                "POST",
+                "/allow/agents/{id}/regenerate-naming",
+                Some(management(&[P::AllowAgentsUpdate])),
+            ),
+            post(agents::regenerate_naming),
+        ),
+        (
+            def("POST", "/allow/agents/register", Some(OPERATIONAL_AGENTS)),
+            post(agents::register),
         ),
         (
             def(

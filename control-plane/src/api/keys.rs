@@ -150,6 +150,7 @@ pub async fn create(
         scopes,
         expiry: body.expires.unwrap_or_default(),
         agent_id: None,
+        plaintext: None,
     };
     let issued = keys::create(
         state.store.as_ref(),

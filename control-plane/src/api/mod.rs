@@ -1,6 +1,7 @@
 //! HTTP handlers, one module per resource. Handlers stay short: extract,
 //! call a service function, map to the response.
 
+pub mod agents;
 pub mod keys;
 pub mod ops;
 pub mod rules;

@@ -82,6 +82,22 @@ pub fn well_formed(text: &str) -> bool {
     body.is_some_and(|b| b.len() == 64 && b.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f')))
 }
 
+/// Whether `text` could be a key at all: 16-256 visible ASCII characters.
+/// Issued keys are [`well_formed`]; agent keys may also be custom (spec 4.2,
+/// at least 16 characters). Anything else is refused before any lookup.
+pub fn presentable(text: &str) -> bool {
+    (16..=256).contains(&text.len()) && text.bytes().all(|c| c.is_ascii_graphic())
+}
+
+/// A plaintext chosen by the caller (a custom agent key), with what is stored.
+pub fn custom(plaintext: String) -> NewSecret {
+    NewSecret {
+        hash: hash(&plaintext),
+        display: display(&plaintext),
+        plaintext,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -107,6 +123,9 @@ mod tests {
         assert!(!well_formed(&format!("svc_dev_{}", "a".repeat(64))));
         assert!(!well_formed(&format!("svc_prod_{}", "G".repeat(64))));
         assert!(well_formed(&format!("allow_{}", "0".repeat(64))));
+        assert!(presentable("custom-agent-key-1"));
+        assert!(!presentable("short"));
+        assert!(!presentable("has a space in it ok"));
     }
 
     #[test]

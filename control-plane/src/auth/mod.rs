@@ -20,7 +20,8 @@ use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 
 pub use key::{
-    AGENT_KEY_PREFIX, NewSecret, display, generate, hash, hashes_match, prefix, well_formed,
+    AGENT_KEY_PREFIX, NewSecret, custom, display, generate, hash, hashes_match, prefix,
+    presentable, well_formed,
 };
 pub use permission::{
     Audience, Environment, Permission, Scope, exceeded, parse_list, scopes_satisfy,
@@ -84,7 +85,7 @@ pub async fn authenticate(
     now: DateTime<Utc>,
 ) -> Result<ApiKey, ApiError> {
     let token = bearer(headers).ok_or(ApiError::Unauthenticated)?;
-    if !well_formed(token) {
+    if !presentable(token) {
         return Err(ApiError::InvalidKey);
     }
     let digest = hash(token);

@@ -266,6 +266,7 @@ pub(crate) fn management(name: &str, permissions: &[Permission], scopes: &[Scope
         scopes: scopes.to_vec(),
         expiry: Expiry::default(),
         agent_id: None,
+        plaintext: None,
     }
 }
 
