@@ -27,6 +27,7 @@ pub mod agents;
 pub mod api;
 pub mod app;
 pub mod auth;
+pub mod bundles;
 pub mod config;
 pub mod error;
 pub mod extract;

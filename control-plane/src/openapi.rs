@@ -3,7 +3,7 @@
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use crate::api::{agents, keys, ops, rules, settings};
+use crate::api::{agents, bundles, keys, ops, rules, settings};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -17,6 +17,7 @@ use crate::api::{agents, keys, ops, rules, settings};
         rules::retrieval::list, rules::retrieval::create, rules::retrieval::get, rules::retrieval::update, rules::retrieval::delete,
         rules::bypass_on, rules::bypass_off,
         settings::get, settings::put,
+        bundles::unified, bundles::action, bundles::retrieval,
         agents::list, agents::create, agents::get, agents::update, agents::delete, agents::regenerate_naming, agents::register,
     ),
     modifiers(&BearerAuth),

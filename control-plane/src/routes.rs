@@ -6,7 +6,7 @@ use axum::Router;
 use axum::http::Method;
 use axum::routing::{MethodRouter, delete, get, post, put};
 
-use crate::api::{agents, keys, ops, rules, settings};
+use crate::api::{agents, bundles, keys, ops, rules, settings};
 use crate::app::AppState;
 use crate::auth::{self, Access, Permission as P, Scope as S};
 use crate::extract::BodyLimit;
@@ -52,6 +52,16 @@ const fn scoped(permissions: &'static [P], scopes: &'static [S]) -> Access {
         permissions,
         scopes,
         harness: false,
+    }
+}
+
+/// A route on the harness allowlist: harness keys pass; management keys
+/// need `permissions` and `scopes`.
+const fn harness_ok(permissions: &'static [P], scopes: &'static [S]) -> Access {
+    Access {
+        permissions,
+        scopes,
+        harness: true,
     }
 }
 
@@ -180,6 +190,31 @@ fn table() -> Vec<(RouteDef, MethodRouter<AppState>)> {
                 Some(management(&[P::AllowSettingsUpdate])),
             ),
             put(settings::put),
+        ),
+        // Bundles: on the harness allowlist (spec 5.2).
+        (
+            def(
+                "GET",
+                "/rules/bundle",
+                Some(harness_ok(&[P::AllowRulesView], READ)),
+            ),
+            get(bundles::unified),
+        ),
+        (
+            def(
+                "GET",
+                "/allow/rules/bundle",
+                Some(harness_ok(&[P::AllowRulesView], READ_ALLOW)),
+            ),
+            get(bundles::action),
+        ),
+        (
+            def(
+                "GET",
+                "/recall/rules/bundle",
+                Some(harness_ok(&[P::RecallRulesView], READ_RECALL)),
+            ),
+            get(bundles::retrieval),
         ),
         // The rules collection, through its three surfaces (spec 4.1-4.3).
         (

@@ -2,6 +2,7 @@
 //! call a service function, map to the response.
 
 pub mod agents;
+pub mod bundles;
 pub mod keys;
 pub mod ops;
 pub mod rules;

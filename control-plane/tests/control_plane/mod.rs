@@ -1,5 +1,6 @@
 mod agents;
 mod auth;
+mod bundles;
 mod cli;
 mod envelope;
 mod idempotency;
