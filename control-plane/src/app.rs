@@ -30,6 +30,10 @@ pub struct AppState {
     pub redis: Option<RedisLimiter>,
     pub metrics: Arc<Metrics>,
     pub config: Arc<Config>,
+    /// Compiled policy sets by organization and agent.
+    pub policies: Arc<crate::evaluate::PolicyCache>,
+    /// Where every stored decision goes next (the record seam).
+    pub recorder: Arc<dyn crate::record::Recorder>,
     /// When each key last had `last_used_at` written for an `/api/...` call.
     api_touches: Arc<Mutex<HashMap<KeyId, DateTime<Utc>>>>,
 }
@@ -57,6 +61,8 @@ impl AppState {
             redis,
             metrics: Arc::new(Metrics::new()),
             config: Arc::new(config),
+            policies: Arc::default(),
+            recorder: Arc::new(crate::record::LogRecorder),
             api_touches: Arc::default(),
         })
     }

@@ -4,13 +4,13 @@
 use chrono::{DateTime, Utc};
 use warden_engine::bundle::{self, BundleSource};
 use warden_engine::model::{
-    ActionBundle, AgentMode, BundleRule, Facet, NoCoverageDefaults, NoCoverageSettings,
-    RetrievalBundle, Rule, UnifiedBundle,
+    ActionBundle, AgentAttributes, AgentMode, BundleRule, Facet, ModeByOperation,
+    NoCoverageDefaults, NoCoverageSettings, RetrievalBundle, Rule, UnifiedBundle,
 };
 
 use crate::agents;
 use crate::error::ApiError;
-use crate::store::{Agent, OrgId, Store};
+use crate::store::{Agent, OrgId, Settings, Store};
 
 /// The organization's enabled rules, as bundles carry them.
 async fn enabled_rules(store: &dyn Store, org: OrgId) -> Result<Vec<BundleRule>, ApiError> {
@@ -70,13 +70,37 @@ pub async fn unified(
         return Ok(bundle::terminal(agent_id));
     };
     let (settings, _) = store.ensure_settings(org, now).await?;
+    build_unified(store, org, &settings, Some(&agent), agent_id).await
+}
+
+/// The unified bundle of `agent` (or, for an agent the organization does not
+/// know, of an agent with no attributes in the default mode).
+pub async fn build_unified(
+    store: &dyn Store,
+    org: OrgId,
+    settings: &Settings,
+    agent: Option<&Agent>,
+    agent_id: &str,
+) -> Result<UnifiedBundle, ApiError> {
     let rules = enabled_rules(store, org).await?;
-    let modes = agents::modes(&agent, settings.doc.default_agent_mode);
+    let default_mode = settings.doc.default_agent_mode;
+    let (mode, by_operation, attributes) = match agent {
+        Some(a) => (
+            agents::modes(a, default_mode).mode,
+            a.doc.mode_by_operation.clone(),
+            agents::attributes(a),
+        ),
+        None => (
+            default_mode,
+            ModeByOperation::new(),
+            AgentAttributes::default(),
+        ),
+    };
     Ok(bundle::unified(&BundleSource {
         agent_id,
-        agent_mode: modes.mode,
-        mode_by_operation: &agent.doc.mode_by_operation,
-        attributes: &agents::attributes(&agent),
+        agent_mode: mode,
+        mode_by_operation: &by_operation,
+        attributes: &attributes,
         cognition_capture: false,
         rules: &rules,
         no_coverage: &settings.doc.no_coverage,

@@ -3,7 +3,7 @@
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use crate::api::{agents, bundles, keys, ops, rules, settings};
+use crate::api::{agents, bundles, evaluate, keys, ops, rules, settings};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -18,6 +18,7 @@ use crate::api::{agents, bundles, keys, ops, rules, settings};
         rules::bypass_on, rules::bypass_off,
         settings::get, settings::put,
         bundles::unified, bundles::action, bundles::retrieval,
+        evaluate::unified, evaluate::allow, evaluate::recall,
         agents::list, agents::create, agents::get, agents::update, agents::delete, agents::regenerate_naming, agents::register,
     ),
     modifiers(&BearerAuth),

@@ -6,7 +6,7 @@ use axum::Router;
 use axum::http::Method;
 use axum::routing::{MethodRouter, delete, get, post, put};
 
-use crate::api::{agents, bundles, keys, ops, rules, settings};
+use crate::api::{agents, bundles, evaluate, keys, ops, rules, settings};
 use crate::app::AppState;
 use crate::auth::{self, Access, Permission as P, Scope as S};
 use crate::extract::BodyLimit;
@@ -65,6 +65,12 @@ const fn harness_ok(permissions: &'static [P], scopes: &'static [S]) -> Access {
     }
 }
 
+// Spec §5.3: evaluation needs `rules:evaluate` or the legacy write scope of
+// its facet.
+const EVALUATE: &[S] = &[S::RulesEvaluate, S::AllowWrite, S::RecallWrite];
+const EVALUATE_ALLOW: &[S] = &[S::RulesEvaluate, S::AllowWrite];
+const EVALUATE_RECALL: &[S] = &[S::RulesEvaluate, S::RecallWrite];
+
 // Spec §5.3: reads need `rules:read` or the surface's legacy read scope;
 // mutations `rules:write` or the surface's legacy write scope.
 const READ: &[S] = &[S::RulesRead];
@@ -86,6 +92,8 @@ fn table() -> Vec<(RouteDef, MethodRouter<AppState>)> {
         idempotent: false,
         ..d
     };
+    // The routes spec 8 excludes from idempotency.
+    let no_idem = secret;
     vec![
         (def("GET", "/healthz", None), get(ops::healthz)),
         (def("GET", "/readyz", None), get(ops::readyz)),
@@ -190,6 +198,27 @@ fn table() -> Vec<(RouteDef, MethodRouter<AppState>)> {
                 Some(management(&[P::AllowSettingsUpdate])),
             ),
             put(settings::put),
+        ),
+        // Evaluation: on the harness allowlist, never idempotent (spec 8).
+        (
+            no_idem(def("POST", "/evaluate", Some(harness_ok(&[], EVALUATE)))),
+            post(evaluate::unified),
+        ),
+        (
+            no_idem(def(
+                "POST",
+                "/allow/evaluate",
+                Some(harness_ok(&[], EVALUATE_ALLOW)),
+            )),
+            post(evaluate::allow),
+        ),
+        (
+            no_idem(def(
+                "POST",
+                "/recall/evaluate",
+                Some(harness_ok(&[], EVALUATE_RECALL)),
+            )),
+            post(evaluate::recall),
         ),
         // Bundles: on the harness allowlist (spec 5.2).
         (

@@ -3,6 +3,7 @@
 
 pub mod agents;
 pub mod bundles;
+pub mod evaluate;
 pub mod keys;
 pub mod ops;
 pub mod rules;

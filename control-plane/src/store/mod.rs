@@ -18,8 +18,8 @@ use uuid::Uuid;
 
 use serde::Deserialize;
 use warden_engine::model::{
-    AgentMode, AgentNoCoverage, BusinessFunction, Bypass, Facet, ModeByOperation,
-    NoCoverageSettings, Rule,
+    AgentMode, AgentNoCoverage, BusinessFunction, Bypass, Decision, Facet, ModeByOperation,
+    NoCoverageSettings, ReasonCode, Rule,
 };
 
 use crate::auth::{Audience, Environment, Permission, Scope};
@@ -145,6 +145,60 @@ pub struct Agent {
     pub deleted_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+}
+
+/// An action (or delegation) decision as persisted (spec 2.5). `context`
+/// is already masked: the raw original is never stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ActionDecision {
+    pub id: Uuid,
+    pub org: OrgId,
+    pub agent_id: String,
+    pub target_app: String,
+    pub action: String,
+    pub context: serde_json::Value,
+    pub decision: Decision,
+    pub would_decide: Option<Decision>,
+    pub reason: String,
+    pub reason_code: Option<ReasonCode>,
+    pub rule_id: Option<Uuid>,
+    pub rule_code: Option<String>,
+    pub enforced: bool,
+    pub agent_mode: AgentMode,
+    pub floor_detectors: Vec<String>,
+    /// `server` (decided here) or `telemetry` (reported by a sidecar).
+    pub source: String,
+    pub hitl_result: Option<String>,
+    pub hitl_responded_at: Option<DateTime<Utc>>,
+    pub hitl_responded_by: Option<String>,
+    pub execution_result: Option<String>,
+    pub execution_completed_at: Option<DateTime<Utc>>,
+    pub execution_details: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+/// A retrieval decision as persisted (spec 2.6), with `resource_metadata`
+/// and `query` masked at rest.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetrievalDecision {
+    pub id: Uuid,
+    pub org: OrgId,
+    pub agent_id: String,
+    pub operation: String,
+    pub resource_type: String,
+    pub resource_metadata: serde_json::Value,
+    pub query: Option<String>,
+    pub surface: Option<String>,
+    pub trust_tier: Option<String>,
+    pub decision: Decision,
+    pub would_decide: Option<Decision>,
+    pub reason: String,
+    pub reason_code: ReasonCode,
+    pub rule_id: Option<Uuid>,
+    pub enforced: bool,
+    pub agent_mode: AgentMode,
+    pub floor_detectors: Vec<String>,
+    pub created_at: DateTime<Utc>,
 }
 
 /// An organization.
@@ -469,6 +523,19 @@ pub trait Store: Send + Sync + 'static {
         deleted_at: Option<DateTime<Utc>>,
         now: DateTime<Utc>,
     ) -> StoreResult<Option<Agent>>;
+
+    /// A number that changes whenever any rule of `org` changes (policy
+    /// caches compare it).
+    async fn rules_revision(&self, org: OrgId) -> StoreResult<i64>;
+
+    /// Stores an action decision.
+    async fn insert_action_decision(&self, d: &ActionDecision) -> StoreResult<()>;
+
+    /// The action decision `id` of `org`.
+    async fn action_decision(&self, org: OrgId, id: Uuid) -> StoreResult<Option<ActionDecision>>;
+
+    /// Stores a retrieval decision.
+    async fn insert_retrieval_decision(&self, d: &RetrievalDecision) -> StoreResult<()>;
 
     /// Claims `key` for a request with `request_hash`, in flight from `now`
     /// until done or `expires_at`.

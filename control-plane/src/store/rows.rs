@@ -263,3 +263,80 @@ impl TryFrom<AgentRow> for super::Agent {
         })
     }
 }
+
+/// A stored enum spelling back into its type.
+pub(super) fn spelled<T: serde::de::DeserializeOwned>(text: &str, what: &str) -> StoreResult<T> {
+    serde_json::from_value(serde_json::Value::String(text.to_owned()))
+        .map_err(|_| StoreError::Corrupt(format!("unknown {what} `{text}`")))
+}
+
+fn json_of<T: serde::de::DeserializeOwned>(text: &str, what: &str) -> StoreResult<T> {
+    serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("{what}: {e}")))
+}
+
+#[derive(sqlx::FromRow)]
+pub(super) struct ActionDecisionRow {
+    id: Uuid,
+    org_id: Uuid,
+    agent_id: String,
+    target_app: String,
+    action: String,
+    context: String,
+    decision: String,
+    would_decide: Option<String>,
+    reason: String,
+    reason_code: Option<String>,
+    rule_id: Option<Uuid>,
+    rule_code: Option<String>,
+    enforced: bool,
+    agent_mode: String,
+    floor_detectors: String,
+    source: String,
+    hitl_result: Option<String>,
+    hitl_responded_at: Option<DateTime<Utc>>,
+    hitl_responded_by: Option<String>,
+    execution_result: Option<String>,
+    execution_completed_at: Option<DateTime<Utc>>,
+    execution_details: Option<String>,
+    created_at: DateTime<Utc>,
+}
+
+impl TryFrom<ActionDecisionRow> for super::ActionDecision {
+    type Error = StoreError;
+
+    fn try_from(r: ActionDecisionRow) -> StoreResult<super::ActionDecision> {
+        Ok(super::ActionDecision {
+            id: r.id,
+            org: OrgId(r.org_id),
+            agent_id: r.agent_id,
+            target_app: r.target_app,
+            action: r.action,
+            context: json_of(&r.context, "context")?,
+            decision: spelled(&r.decision, "decision")?,
+            would_decide: r
+                .would_decide
+                .as_deref()
+                .map(|d| spelled(d, "decision"))
+                .transpose()?,
+            reason: r.reason,
+            reason_code: r
+                .reason_code
+                .as_deref()
+                .map(|c| spelled(c, "reason code"))
+                .transpose()?,
+            rule_id: r.rule_id,
+            rule_code: r.rule_code,
+            enforced: r.enforced,
+            agent_mode: spelled(&r.agent_mode, "mode")?,
+            floor_detectors: json_of(&r.floor_detectors, "floor_detectors")?,
+            source: r.source,
+            hitl_result: r.hitl_result,
+            hitl_responded_at: r.hitl_responded_at,
+            hitl_responded_by: r.hitl_responded_by,
+            execution_result: r.execution_result,
+            execution_completed_at: r.execution_completed_at,
+            execution_details: r.execution_details,
+            created_at: r.created_at,
+        })
+    }
+}

@@ -52,11 +52,12 @@ macro_rules! store_impl {
 
         use warden_engine::model::{Bypass, Facet, Rule};
 
-        use super::rows::{AgentRow, AuditRow, IdemRow, KeyRow, OrgRow, RuleRow, SettingsRow, names};
+        use super::rows::{ActionDecisionRow, AgentRow, AuditRow, IdemRow, KeyRow, OrgRow, RuleRow, SettingsRow, names};
         use super::sql::{KEY_COLUMNS, RULE_FIELDS, facets_json, map_err, rule_columns};
         use super::{
             ApiKey, AuditEntry, IdemClaim, IdemKey, IdemRecord, KeyId, NewKey, OrgId, Organization,
-            Page, Retire, RuleId, Store, StoreResult, Settings, SettingsDoc, Agent, AgentDoc,
+            Page, Retire, RuleId, Store, StoreResult, Settings, SettingsDoc, Agent, AgentDoc, ActionDecision,
+            RetrievalDecision,
         };
 
         async fn insert_key<'c, E>(exec: E, key: &NewKey, now: DateTime<Utc>) -> StoreResult<ApiKey>
@@ -138,6 +139,26 @@ macro_rules! store_impl {
         fn mode_text(m: Option<warden_engine::model::AgentMode>) -> Option<&'static str> {
             m.map(|m| m.as_str())
         }
+
+        /// Moves the organization's rules revision (inside the rule write's transaction).
+        async fn bump_revision<'c, E>(exec: E, org: OrgId) -> StoreResult<()>
+        where
+            E: sqlx::Executor<'c, Database = $db>,
+        {
+            sqlx::query(
+                "INSERT INTO counters (org_id, name, value) VALUES ($1, 'rules_revision', 1) \
+                 ON CONFLICT (org_id, name) DO UPDATE SET value = counters.value + 1",
+            )
+            .bind(org.0)
+            .execute(exec)
+            .await
+            .map_err(map_err)?;
+            Ok(())
+        }
+
+        const ACTION_DECISION_COLUMNS: &str = "id, org_id, agent_id, target_app, action, context, decision, would_decide, \
+             reason, reason_code, rule_id, rule_code, enforced, agent_mode, floor_detectors, source, hitl_result, \
+             hitl_responded_at, hitl_responded_by, execution_result, execution_completed_at, execution_details, created_at";
 
         async fn rule_in<'c, E>(exec: E, org: OrgId, id: RuleId) -> StoreResult<Option<Rule>>
         where
@@ -342,6 +363,7 @@ macro_rules! store_impl {
                     .execute(&mut *tx)
                     .await
                     .map_err(map_err)?;
+                bump_revision(&mut *tx, org).await?;
                 let rule = rule_in(&mut *tx, org, RuleId(id)).await?;
                 tx.commit().await.map_err(map_err)?;
                 rule.ok_or_else(|| super::StoreError::Corrupt("rule vanished after insert".into()))
@@ -393,26 +415,35 @@ macro_rules! store_impl {
             async fn replace_rule(&self, org: OrgId, r: &Rule, now: DateTime<Utc>) -> StoreResult<Option<Rule>> {
                 let sets: Vec<String> = RULE_FIELDS.split(", ").enumerate().map(|(i, c)| format!("{c} = ${}", i + 1)).collect();
                 let update = format!("UPDATE rules SET {}, updated_at = $14 WHERE id = $15 AND org_id = $16", sets.join(", "));
+                let mut tx = self.pool.begin().await.map_err(map_err)?;
                 let done = bind_rule_fields(sqlx::query(&update), r)
                     .bind(now)
                     .bind(r.id)
                     .bind(org.0)
-                    .execute(&self.pool)
+                    .execute(&mut *tx)
                     .await
                     .map_err(map_err)?;
                 if done.rows_affected() == 0 {
                     return Ok(None);
                 }
-                rule_in(&self.pool, org, RuleId(r.id)).await
+                bump_revision(&mut *tx, org).await?;
+                let rule = rule_in(&mut *tx, org, RuleId(r.id)).await?;
+                tx.commit().await.map_err(map_err)?;
+                Ok(rule)
             }
 
             async fn delete_rule(&self, org: OrgId, id: RuleId) -> StoreResult<bool> {
+                let mut tx = self.pool.begin().await.map_err(map_err)?;
                 let done = sqlx::query("DELETE FROM rules WHERE id = $1 AND org_id = $2")
                     .bind(id.0)
                     .bind(org.0)
-                    .execute(&self.pool)
+                    .execute(&mut *tx)
                     .await
                     .map_err(map_err)?;
+                if done.rows_affected() > 0 {
+                    bump_revision(&mut *tx, org).await?;
+                }
+                tx.commit().await.map_err(map_err)?;
                 Ok(done.rows_affected() > 0)
             }
 
@@ -437,6 +468,7 @@ macro_rules! store_impl {
                     return Ok(None);
                 }
                 insert_audit(&mut *tx, &audit).await?;
+                bump_revision(&mut *tx, org).await?;
                 let rule = rule_in(&mut *tx, org, id).await?;
                 tx.commit().await.map_err(map_err)?;
                 Ok(rule)
@@ -569,6 +601,87 @@ macro_rules! store_impl {
                     .await
                     .map_err(map_err)?;
                 row.map(Agent::try_from).transpose()
+            }
+
+            async fn rules_revision(&self, org: OrgId) -> StoreResult<i64> {
+                let row: Option<(i64,)> = sqlx::query_as("SELECT value FROM counters WHERE org_id = $1 AND name = 'rules_revision'")
+                    .bind(org.0)
+                    .fetch_optional(&self.pool)
+                    .await
+                    .map_err(map_err)?;
+                Ok(row.map_or(0, |r| r.0))
+            }
+
+            async fn insert_action_decision(&self, d: &ActionDecision) -> StoreResult<()> {
+                let sql = format!(
+                    "INSERT INTO action_decisions ({ACTION_DECISION_COLUMNS}) VALUES \
+                     ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)"
+                );
+                sqlx::query(&sql)
+                    .bind(d.id)
+                    .bind(d.org.0)
+                    .bind(&d.agent_id)
+                    .bind(&d.target_app)
+                    .bind(&d.action)
+                    .bind(json_text(&d.context))
+                    .bind(d.decision.as_str())
+                    .bind(d.would_decide.map(|w| w.as_str()))
+                    .bind(&d.reason)
+                    .bind(d.reason_code.map(|c| c.as_str()))
+                    .bind(d.rule_id)
+                    .bind(&d.rule_code)
+                    .bind(d.enforced)
+                    .bind(d.agent_mode.as_str())
+                    .bind(json_text(&d.floor_detectors))
+                    .bind(&d.source)
+                    .bind(&d.hitl_result)
+                    .bind(d.hitl_responded_at)
+                    .bind(&d.hitl_responded_by)
+                    .bind(&d.execution_result)
+                    .bind(d.execution_completed_at)
+                    .bind(&d.execution_details)
+                    .bind(d.created_at)
+                    .execute(&self.pool)
+                    .await
+                    .map_err(map_err)?;
+                Ok(())
+            }
+
+            async fn action_decision(&self, org: OrgId, id: Uuid) -> StoreResult<Option<ActionDecision>> {
+                let sql = format!("SELECT {ACTION_DECISION_COLUMNS} FROM action_decisions WHERE id = $1 AND org_id = $2");
+                let row: Option<ActionDecisionRow> = sqlx::query_as(&sql).bind(id).bind(org.0).fetch_optional(&self.pool).await.map_err(map_err)?;
+                row.map(ActionDecision::try_from).transpose()
+            }
+
+            async fn insert_retrieval_decision(&self, d: &RetrievalDecision) -> StoreResult<()> {
+                sqlx::query(
+                    "INSERT INTO retrieval_decisions (id, org_id, agent_id, operation, resource_type, resource_metadata, \
+                     query, surface, trust_tier, decision, would_decide, reason, reason_code, rule_id, enforced, agent_mode, \
+                     floor_detectors, created_at) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
+                )
+                .bind(d.id)
+                .bind(d.org.0)
+                .bind(&d.agent_id)
+                .bind(&d.operation)
+                .bind(&d.resource_type)
+                .bind(json_text(&d.resource_metadata))
+                .bind(&d.query)
+                .bind(&d.surface)
+                .bind(&d.trust_tier)
+                .bind(d.decision.as_str())
+                .bind(d.would_decide.map(|w| w.as_str()))
+                .bind(&d.reason)
+                .bind(d.reason_code.as_str())
+                .bind(d.rule_id)
+                .bind(d.enforced)
+                .bind(d.agent_mode.as_str())
+                .bind(json_text(&d.floor_detectors))
+                .bind(d.created_at)
+                .execute(&self.pool)
+                .await
+                .map_err(map_err)?;
+                Ok(())
             }
 
             async fn idem_claim(

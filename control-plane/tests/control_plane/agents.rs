@@ -1,24 +1,9 @@
 //! `/allow/agents…` over HTTP (spec 2.2, 3.2, 4.2).
 
 use reqwest::Method;
-use serde_json::{Value, json};
+use serde_json::json;
 
-use super::support::{Backend, TestServer, assert_envelope, both_backends, json};
-
-async fn send(
-    srv: &TestServer,
-    method: Method,
-    path: &str,
-    key: &str,
-    body: Option<Value>,
-) -> (u16, Value) {
-    let req = srv.request(method, path, Some(key));
-    let req = match body {
-        Some(b) => req.json(&b),
-        None => req,
-    };
-    json(req.send().await.unwrap()).await
-}
+use super::support::{Backend, TestServer, assert_envelope, both_backends, send};
 
 async fn agent_lifecycle(backend: Backend) {
     let srv = TestServer::start(backend).await;

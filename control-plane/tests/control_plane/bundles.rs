@@ -5,22 +5,7 @@
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use super::support::{Backend, TestServer, assert_envelope, both_backends, json};
-
-async fn send(
-    srv: &TestServer,
-    method: Method,
-    path: &str,
-    key: &str,
-    body: Option<Value>,
-) -> (u16, Value) {
-    let req = srv.request(method, path, Some(key));
-    let req = match body {
-        Some(b) => req.json(&b),
-        None => req,
-    };
-    json(req.send().await.unwrap()).await
-}
+use super::support::{Backend, TestServer, assert_envelope, both_backends, json, send};
 
 /// Pulls `path` with `If-None-Match: etag` when given: (status, etag, body).
 async fn pull(srv: &TestServer, path: &str, key: &str, etag: Option<&str>) -> (u16, String, Value) {

@@ -3,6 +3,7 @@ mod auth;
 mod bundles;
 mod cli;
 mod envelope;
+mod evaluate;
 mod idempotency;
 mod keys;
 mod limits;

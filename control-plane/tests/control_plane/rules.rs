@@ -6,26 +6,11 @@ use std::time::{Duration, Instant};
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use super::support::{Backend, TestServer, assert_envelope, both_backends, json};
+use super::support::{Backend, TestServer, assert_envelope, both_backends, send};
 
 const DENY_DELETES: &str =
     "package r\ndecision := \"deny\" if startswith(input.action, \"delete_\")";
 const REDACT_SSN: &str = "package r\ndecision := \"redact\" if input.resource_type == \"hr_record\"\nredactions := [{\"field\": \"ssn\"}]";
-
-async fn send(
-    srv: &TestServer,
-    method: Method,
-    path: &str,
-    key: &str,
-    body: Option<Value>,
-) -> (u16, Value) {
-    let req = srv.request(method, path, Some(key));
-    let req = match body {
-        Some(b) => req.json(&b),
-        None => req,
-    };
-    json(req.send().await.unwrap()).await
-}
 
 fn names(list: &Value) -> Vec<String> {
     list["data"]

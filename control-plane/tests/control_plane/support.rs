@@ -277,6 +277,22 @@ pub(crate) fn harness(name: &str) -> KeySpec {
     }
 }
 
+/// Sends `body` (if any) as JSON with `key`: the status and JSON body.
+pub(crate) async fn send(
+    srv: &TestServer,
+    method: Method,
+    path: &str,
+    key: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let req = srv.request(method, path, Some(key));
+    let req = match body {
+        Some(b) => req.json(&b),
+        None => req,
+    };
+    json(req.send().await.expect("request")).await
+}
+
 /// The status and JSON body of a response.
 pub(crate) async fn json(resp: Response) -> (u16, Value) {
     let status = resp.status().as_u16();
