@@ -84,6 +84,9 @@ pub enum ApiError {
     /// 409 `conflict`.
     #[error("conflict: {0}")]
     Conflict(String),
+    /// 409 `conflict` on a queue item already resolved, with its `status`.
+    #[error("already resolved: {0}")]
+    AlreadyResolved(String),
     /// 400 `invalid_idempotency_key`: malformed, or the two headers differ.
     #[error("invalid idempotency key: {0}")]
     InvalidIdempotencyKey(&'static str),
@@ -136,7 +139,7 @@ impl ApiError {
             | ExceededPermissions(..)
             | AgentKeyMismatch => StatusCode::FORBIDDEN,
             NotFound => StatusCode::NOT_FOUND,
-            Conflict(_) | IdempotencyInFlight => StatusCode::CONFLICT,
+            Conflict(_) | IdempotencyInFlight | AlreadyResolved(_) => StatusCode::CONFLICT,
             InvalidIdempotencyKey(_) => StatusCode::BAD_REQUEST,
             IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,
             PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
@@ -198,6 +201,10 @@ impl ApiError {
                 None,
             ),
             Conflict(what) => ("conflict".into(), Some(what.clone()), None),
+            AlreadyResolved(status) => {
+                extra.insert("status".into(), json!(status));
+                ("conflict".into(), Some(format!("the item is already resolved ({status})")), None)
+            }
             InvalidIdempotencyKey(why) => ("invalid_idempotency_key".into(), Some((*why).into()), None),
             IdempotencyKeyReused => (
                 "idempotency_key_reused".into(),

@@ -11,18 +11,18 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::Value;
 use uuid::Uuid;
 use warden_engine::bundle::{self, RuleCache};
-use warden_engine::model::{ActionInput, DelegationInput, RetrievalInput};
+use warden_engine::model::{ActionInput, Decision, DelegationInput, RetrievalInput};
 use warden_engine::redact::{RedactionSet, floor};
 use warden_engine::{PolicySet, Verdict};
 
 use crate::bundles;
 use crate::error::ApiError;
 use crate::record::Recorder;
-use crate::store::{ActionDecision, Agent, OrgId, RetrievalDecision, Store};
+use crate::store::{ActionDecision, Agent, HitlItem, OrgId, RetrievalDecision, Store};
 
 /// Policy sets are dropped wholesale past this many cached agents.
 const MAX_CACHED_SETS: usize = 10_000;
@@ -167,18 +167,14 @@ pub async fn action(
 ) -> Result<Decided, ApiError> {
     let set = cache.policy(store, org, agent, now).await?;
     let verdict = set.decide_action(input);
-    let id = store_action(
-        store,
-        recorder,
-        org,
-        &input.agent_id,
-        &input.target_app,
-        &input.action,
-        input.context.clone(),
-        &verdict,
-        now,
-    )
-    .await?;
+    let event = ActionEvent {
+        agent_id: &input.agent_id,
+        target_app: &input.target_app,
+        action: &input.action,
+        context: input.context.clone(),
+    };
+    let window = set.no_coverage().hitl_timeout_seconds;
+    let id = store_action(store, recorder, org, event, &verdict, window, now).await?;
     Ok(Decided { id, verdict })
 }
 
@@ -194,35 +190,46 @@ pub async fn delegation(
 ) -> Result<Decided, ApiError> {
     let set = cache.policy(store, org, agent, now).await?;
     let verdict = set.decide_delegation(input);
-    let context = serde_json::to_value(&input.context).unwrap_or(Value::Null);
-    let action = warden_engine::model::DELEGATE_ACTION;
-    let id = store_action(
-        store,
-        recorder,
-        org,
-        &input.agent_id,
-        &input.target_app,
-        action,
-        context,
-        &verdict,
-        now,
-    )
-    .await?;
+    let event = ActionEvent {
+        agent_id: &input.agent_id,
+        target_app: &input.target_app,
+        action: warden_engine::model::DELEGATE_ACTION,
+        context: serde_json::to_value(&input.context).unwrap_or(Value::Null),
+    };
+    let window = set.no_coverage().hitl_timeout_seconds;
+    let id = store_action(store, recorder, org, event, &verdict, window, now).await?;
     Ok(Decided { id, verdict })
 }
 
-#[allow(clippy::too_many_arguments)]
+/// What an action decision is about.
+struct ActionEvent<'a> {
+    agent_id: &'a str,
+    target_app: &'a str,
+    action: &'a str,
+    context: Value,
+}
+
+/// The longest an approval gate stays open (spec §8).
+const MAX_APPROVAL_WINDOW_SECS: u32 = 120;
+
+/// Stores an action decision; an enforced `approval_required` opens its
+/// queue item (an end-user gate) in the same transaction, open for the
+/// organization's window clamped to 120 s.
 async fn store_action(
     store: &dyn Store,
     recorder: &dyn Recorder,
     org: OrgId,
-    agent_id: &str,
-    target_app: &str,
-    action: &str,
-    context: Value,
+    event: ActionEvent<'_>,
     verdict: &Verdict,
+    window_secs: u32,
     now: DateTime<Utc>,
 ) -> Result<Uuid, ApiError> {
+    let ActionEvent {
+        agent_id,
+        target_app,
+        action,
+        context,
+    } = event;
     let (context, floor_detectors) = mask_at_rest(context, verdict.redactions.as_deref());
     let row = ActionDecision {
         id: Uuid::new_v4(),
@@ -249,7 +256,31 @@ async fn store_action(
         execution_details: None,
         created_at: now,
     };
-    store.insert_action_decision(&row).await?;
+    if verdict.decision == Decision::ApprovalRequired {
+        let window = TimeDelta::seconds(i64::from(window_secs.min(MAX_APPROVAL_WINDOW_SECS)));
+        let item = HitlItem {
+            id: Uuid::new_v4(),
+            org,
+            decision_id: Some(row.id),
+            agent_id: row.agent_id.clone(),
+            target_app: row.target_app.clone(),
+            action: row.action.clone(),
+            context: row.context.clone(),
+            category: "enduser".into(),
+            status: "pending".into(),
+            ai_recommended_rule: None,
+            notified_via: Vec::new(),
+            resolution: None,
+            dedupe_key: None,
+            expires_at: Some(now + window),
+            responded_at: None,
+            responded_by: None,
+            created_at: now,
+        };
+        store.insert_decision_with_hitl(&row, &item).await?;
+    } else {
+        store.insert_action_decision(&row).await?;
+    }
     recorder.action(&row);
     Ok(row.id)
 }

@@ -215,6 +215,12 @@ impl Issues {
     }
 }
 
+/// Parses a UUID path parameter; a malformed one is `400` with `message`
+/// (`Invalid decision ID`, …).
+pub fn path_uuid(raw: &str, message: &'static str) -> Result<Uuid, ApiError> {
+    Uuid::parse_str(raw).map_err(|_| ApiError::InvalidPathId(message))
+}
+
 /// A key id in the path: a malformed one is `400 Invalid key ID`.
 #[derive(Debug, Clone, Copy)]
 pub struct KeyIdPath(pub KeyId);

@@ -3,7 +3,7 @@
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use crate::api::{agents, bundles, evaluate, keys, ops, rules, settings};
+use crate::api::{agents, bundles, evaluate, hitl, keys, ops, rules, settings};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -19,6 +19,7 @@ use crate::api::{agents, bundles, evaluate, keys, ops, rules, settings};
         settings::get, settings::put,
         bundles::unified, bundles::action, bundles::retrieval,
         evaluate::unified, evaluate::allow, evaluate::recall,
+        hitl::decision, hitl::queue, hitl::respond,
         agents::list, agents::create, agents::get, agents::update, agents::delete, agents::regenerate_naming, agents::register,
     ),
     modifiers(&BearerAuth),

@@ -6,7 +6,7 @@ use axum::Router;
 use axum::http::Method;
 use axum::routing::{MethodRouter, delete, get, post, put};
 
-use crate::api::{agents, bundles, evaluate, keys, ops, rules, settings};
+use crate::api::{agents, bundles, evaluate, hitl, keys, ops, rules, settings};
 use crate::app::AppState;
 use crate::auth::{self, Access, Permission as P, Scope as S};
 use crate::extract::BodyLimit;
@@ -219,6 +219,31 @@ fn table() -> Vec<(RouteDef, MethodRouter<AppState>)> {
                 Some(harness_ok(&[], EVALUATE_RECALL)),
             )),
             post(evaluate::recall),
+        ),
+        // Approvals: the decision record the sidecar polls, and the queue.
+        (
+            def(
+                "GET",
+                "/v1/allow/decisions/{id}",
+                Some(harness_ok(&[P::AllowAuditLogView], READ_ALLOW)),
+            ),
+            get(hitl::decision),
+        ),
+        (
+            def(
+                "GET",
+                "/allow/hitl/queue",
+                Some(management(&[P::AllowHitlView])),
+            ),
+            get(hitl::queue),
+        ),
+        (
+            def(
+                "POST",
+                "/allow/hitl/queue/{id}",
+                Some(management(&[P::AllowHitlRespond])),
+            ),
+            post(hitl::respond),
         ),
         // Bundles: on the harness allowlist (spec 5.2).
         (

@@ -4,6 +4,7 @@
 pub mod agents;
 pub mod bundles;
 pub mod evaluate;
+pub mod hitl;
 pub mod keys;
 pub mod ops;
 pub mod rules;

@@ -201,6 +201,33 @@ pub struct RetrievalDecision {
     pub created_at: DateTime<Utc>,
 }
 
+/// A human-in-the-loop queue item (spec 2.8).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HitlItem {
+    pub id: Uuid,
+    pub org: OrgId,
+    pub decision_id: Option<Uuid>,
+    pub agent_id: String,
+    pub target_app: String,
+    pub action: String,
+    /// Masked like the decision's.
+    pub context: serde_json::Value,
+    /// `enduser` (a live approval gate) or `engineer` (a coverage gap).
+    pub category: String,
+    /// `pending`, `approved`, `rejected`, `timeout`, `dismissed`, `linked`.
+    pub status: String,
+    pub ai_recommended_rule: Option<String>,
+    pub notified_via: Vec<String>,
+    /// A dismissal note or the linked rule's id.
+    pub resolution: Option<String>,
+    /// Engineer items: one per agent + app + action.
+    pub dedupe_key: Option<String>,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub responded_at: Option<DateTime<Utc>>,
+    pub responded_by: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
 /// An organization.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Organization {
@@ -536,6 +563,55 @@ pub trait Store: Send + Sync + 'static {
 
     /// Stores a retrieval decision.
     async fn insert_retrieval_decision(&self, d: &RetrievalDecision) -> StoreResult<()>;
+
+    /// Inserts a queue item; with a `dedupe_key` already present, returns
+    /// `false` and inserts nothing.
+    async fn insert_hitl(&self, item: &HitlItem) -> StoreResult<bool>;
+
+    /// Stores an action decision and its queue item together.
+    async fn insert_decision_with_hitl(
+        &self,
+        d: &ActionDecision,
+        item: &HitlItem,
+    ) -> StoreResult<()>;
+
+    /// The queue item `id` of `org`.
+    async fn hitl(&self, org: OrgId, id: Uuid) -> StoreResult<Option<HitlItem>>;
+
+    /// The queue item of decision `decision_id`.
+    async fn hitl_for_decision(
+        &self,
+        org: OrgId,
+        decision_id: Uuid,
+    ) -> StoreResult<Option<HitlItem>>;
+
+    /// Items of `org` with `status`: pending ones oldest first, others
+    /// newest first; and how many there are.
+    async fn list_hitl(
+        &self,
+        org: OrgId,
+        status: &str,
+        page: Page,
+    ) -> StoreResult<(Vec<HitlItem>, u64)>;
+
+    /// Resolves a pending item (and its decision's `hitl_*` fields) in one
+    /// transaction; `false` if it was not pending.
+    async fn resolve_hitl(
+        &self,
+        org: OrgId,
+        id: Uuid,
+        status: &str,
+        responded_by: Option<&str>,
+        resolution: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<bool>;
+
+    /// Moves every pending item of `org` whose window lapsed to `timeout`
+    /// (and its decision's `hitl_result`).
+    async fn expire_hitl(&self, org: OrgId, now: DateTime<Utc>) -> StoreResult<()>;
+
+    /// Records where an item was announced.
+    async fn set_notified(&self, org: OrgId, id: Uuid, via: &[String]) -> StoreResult<()>;
 
     /// Claims `key` for a request with `request_hash`, in flight from `now`
     /// until done or `expires_at`.

@@ -340,3 +340,50 @@ impl TryFrom<ActionDecisionRow> for super::ActionDecision {
         })
     }
 }
+
+#[derive(sqlx::FromRow)]
+pub(super) struct HitlRow {
+    id: Uuid,
+    org_id: Uuid,
+    decision_id: Option<Uuid>,
+    agent_id: String,
+    target_app: String,
+    action: String,
+    context: String,
+    category: String,
+    status: String,
+    ai_recommended_rule: Option<String>,
+    notified_via: String,
+    resolution: Option<String>,
+    dedupe_key: Option<String>,
+    expires_at: Option<DateTime<Utc>>,
+    responded_at: Option<DateTime<Utc>>,
+    responded_by: Option<String>,
+    created_at: DateTime<Utc>,
+}
+
+impl TryFrom<HitlRow> for super::HitlItem {
+    type Error = StoreError;
+
+    fn try_from(r: HitlRow) -> StoreResult<super::HitlItem> {
+        Ok(super::HitlItem {
+            id: r.id,
+            org: OrgId(r.org_id),
+            decision_id: r.decision_id,
+            agent_id: r.agent_id,
+            target_app: r.target_app,
+            action: r.action,
+            context: json_of(&r.context, "context")?,
+            category: r.category,
+            status: r.status,
+            ai_recommended_rule: r.ai_recommended_rule,
+            notified_via: json_of(&r.notified_via, "notified_via")?,
+            resolution: r.resolution,
+            dedupe_key: r.dedupe_key,
+            expires_at: r.expires_at,
+            responded_at: r.responded_at,
+            responded_by: r.responded_by,
+            created_at: r.created_at,
+        })
+    }
+}

@@ -52,12 +52,12 @@ macro_rules! store_impl {
 
         use warden_engine::model::{Bypass, Facet, Rule};
 
-        use super::rows::{ActionDecisionRow, AgentRow, AuditRow, IdemRow, KeyRow, OrgRow, RuleRow, SettingsRow, names};
+        use super::rows::{ActionDecisionRow, HitlRow, AgentRow, AuditRow, IdemRow, KeyRow, OrgRow, RuleRow, SettingsRow, names};
         use super::sql::{KEY_COLUMNS, RULE_FIELDS, facets_json, map_err, rule_columns};
         use super::{
             ApiKey, AuditEntry, IdemClaim, IdemKey, IdemRecord, KeyId, NewKey, OrgId, Organization,
             Page, Retire, RuleId, Store, StoreResult, Settings, SettingsDoc, Agent, AgentDoc, ActionDecision,
-            RetrievalDecision,
+            RetrievalDecision, HitlItem,
         };
 
         async fn insert_key<'c, E>(exec: E, key: &NewKey, now: DateTime<Utc>) -> StoreResult<ApiKey>
@@ -159,6 +159,79 @@ macro_rules! store_impl {
         const ACTION_DECISION_COLUMNS: &str = "id, org_id, agent_id, target_app, action, context, decision, would_decide, \
              reason, reason_code, rule_id, rule_code, enforced, agent_mode, floor_detectors, source, hitl_result, \
              hitl_responded_at, hitl_responded_by, execution_result, execution_completed_at, execution_details, created_at";
+
+        const HITL_COLUMNS: &str = "id, org_id, decision_id, agent_id, target_app, action, context, category, status, \
+             ai_recommended_rule, notified_via, resolution, dedupe_key, expires_at, responded_at, responded_by, created_at";
+
+        async fn insert_hitl_in<'c, E>(exec: E, i: &HitlItem) -> StoreResult<bool>
+        where
+            E: sqlx::Executor<'c, Database = $db>,
+        {
+            let sql = format!(
+                "INSERT INTO hitl_items ({HITL_COLUMNS}) VALUES \
+                 ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) ON CONFLICT DO NOTHING"
+            );
+            let done = sqlx::query(&sql)
+                .bind(i.id)
+                .bind(i.org.0)
+                .bind(i.decision_id)
+                .bind(&i.agent_id)
+                .bind(&i.target_app)
+                .bind(&i.action)
+                .bind(json_text(&i.context))
+                .bind(&i.category)
+                .bind(&i.status)
+                .bind(&i.ai_recommended_rule)
+                .bind(json_text(&i.notified_via))
+                .bind(&i.resolution)
+                .bind(&i.dedupe_key)
+                .bind(i.expires_at)
+                .bind(i.responded_at)
+                .bind(&i.responded_by)
+                .bind(i.created_at)
+                .execute(exec)
+                .await
+                .map_err(map_err)?;
+            Ok(done.rows_affected() == 1)
+        }
+
+        async fn insert_action_decision_in<'c, E>(exec: E, d: &ActionDecision) -> StoreResult<()>
+        where
+            E: sqlx::Executor<'c, Database = $db>,
+        {
+            let sql = format!(
+                "INSERT INTO action_decisions ({ACTION_DECISION_COLUMNS}) VALUES \
+                 ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)"
+            );
+            sqlx::query(&sql)
+                .bind(d.id)
+                .bind(d.org.0)
+                .bind(&d.agent_id)
+                .bind(&d.target_app)
+                .bind(&d.action)
+                .bind(json_text(&d.context))
+                .bind(d.decision.as_str())
+                .bind(d.would_decide.map(|w| w.as_str()))
+                .bind(&d.reason)
+                .bind(d.reason_code.map(|c| c.as_str()))
+                .bind(d.rule_id)
+                .bind(&d.rule_code)
+                .bind(d.enforced)
+                .bind(d.agent_mode.as_str())
+                .bind(json_text(&d.floor_detectors))
+                .bind(&d.source)
+                .bind(&d.hitl_result)
+                .bind(d.hitl_responded_at)
+                .bind(&d.hitl_responded_by)
+                .bind(&d.execution_result)
+                .bind(d.execution_completed_at)
+                .bind(&d.execution_details)
+                .bind(d.created_at)
+                .execute(exec)
+                .await
+                .map_err(map_err)?;
+            Ok(())
+        }
 
         async fn rule_in<'c, E>(exec: E, org: OrgId, id: RuleId) -> StoreResult<Option<Rule>>
         where
@@ -613,38 +686,7 @@ macro_rules! store_impl {
             }
 
             async fn insert_action_decision(&self, d: &ActionDecision) -> StoreResult<()> {
-                let sql = format!(
-                    "INSERT INTO action_decisions ({ACTION_DECISION_COLUMNS}) VALUES \
-                     ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)"
-                );
-                sqlx::query(&sql)
-                    .bind(d.id)
-                    .bind(d.org.0)
-                    .bind(&d.agent_id)
-                    .bind(&d.target_app)
-                    .bind(&d.action)
-                    .bind(json_text(&d.context))
-                    .bind(d.decision.as_str())
-                    .bind(d.would_decide.map(|w| w.as_str()))
-                    .bind(&d.reason)
-                    .bind(d.reason_code.map(|c| c.as_str()))
-                    .bind(d.rule_id)
-                    .bind(&d.rule_code)
-                    .bind(d.enforced)
-                    .bind(d.agent_mode.as_str())
-                    .bind(json_text(&d.floor_detectors))
-                    .bind(&d.source)
-                    .bind(&d.hitl_result)
-                    .bind(d.hitl_responded_at)
-                    .bind(&d.hitl_responded_by)
-                    .bind(&d.execution_result)
-                    .bind(d.execution_completed_at)
-                    .bind(&d.execution_details)
-                    .bind(d.created_at)
-                    .execute(&self.pool)
-                    .await
-                    .map_err(map_err)?;
-                Ok(())
+                insert_action_decision_in(&self.pool, d).await
             }
 
             async fn action_decision(&self, org: OrgId, id: Uuid) -> StoreResult<Option<ActionDecision>> {
@@ -681,6 +723,135 @@ macro_rules! store_impl {
                 .execute(&self.pool)
                 .await
                 .map_err(map_err)?;
+                Ok(())
+            }
+
+            async fn insert_hitl(&self, item: &HitlItem) -> StoreResult<bool> {
+                insert_hitl_in(&self.pool, item).await
+            }
+
+            async fn insert_decision_with_hitl(&self, d: &ActionDecision, item: &HitlItem) -> StoreResult<()> {
+                // One transaction: an approval gate never exists without its
+                // decision, nor a gated decision without its item.
+                let mut tx = self.pool.begin().await.map_err(map_err)?;
+                insert_action_decision_in(&mut *tx, d).await?;
+                insert_hitl_in(&mut *tx, item).await?;
+                tx.commit().await.map_err(map_err)?;
+                Ok(())
+            }
+
+            async fn hitl(&self, org: OrgId, id: Uuid) -> StoreResult<Option<HitlItem>> {
+                let sql = format!("SELECT {HITL_COLUMNS} FROM hitl_items WHERE id = $1 AND org_id = $2");
+                let row: Option<HitlRow> = sqlx::query_as(&sql).bind(id).bind(org.0).fetch_optional(&self.pool).await.map_err(map_err)?;
+                row.map(HitlItem::try_from).transpose()
+            }
+
+            async fn hitl_for_decision(&self, org: OrgId, decision_id: Uuid) -> StoreResult<Option<HitlItem>> {
+                let sql = format!("SELECT {HITL_COLUMNS} FROM hitl_items WHERE decision_id = $1 AND org_id = $2");
+                let row: Option<HitlRow> = sqlx::query_as(&sql).bind(decision_id).bind(org.0).fetch_optional(&self.pool).await.map_err(map_err)?;
+                row.map(HitlItem::try_from).transpose()
+            }
+
+            async fn list_hitl(&self, org: OrgId, status: &str, page: Page) -> StoreResult<(Vec<HitlItem>, u64)> {
+                let order = if status == "pending" { "ASC" } else { "DESC" };
+                let sql = format!(
+                    "SELECT {HITL_COLUMNS} FROM hitl_items WHERE org_id = $1 AND status = $2 \
+                     ORDER BY created_at {order}, id LIMIT $3 OFFSET $4"
+                );
+                let rows: Vec<HitlRow> = sqlx::query_as(&sql)
+                    .bind(org.0)
+                    .bind(status)
+                    .bind(i64::from(page.limit))
+                    .bind(page.offset())
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(map_err)?;
+                let (total,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM hitl_items WHERE org_id = $1 AND status = $2")
+                    .bind(org.0)
+                    .bind(status)
+                    .fetch_one(&self.pool)
+                    .await
+                    .map_err(map_err)?;
+                let items = rows.into_iter().map(HitlItem::try_from).collect::<StoreResult<_>>()?;
+                Ok((items, u64::try_from(total).unwrap_or(0)))
+            }
+
+            async fn resolve_hitl(
+                &self,
+                org: OrgId,
+                id: Uuid,
+                status: &str,
+                responded_by: Option<&str>,
+                resolution: Option<&str>,
+                now: DateTime<Utc>,
+            ) -> StoreResult<bool> {
+                let mut tx = self.pool.begin().await.map_err(map_err)?;
+                let done = sqlx::query(
+                    "UPDATE hitl_items SET status = $1, responded_by = $2, resolution = $3, responded_at = $4 \
+                     WHERE id = $5 AND org_id = $6 AND status = 'pending' AND (expires_at IS NULL OR expires_at > $4)",
+                )
+                .bind(status)
+                .bind(responded_by)
+                .bind(resolution)
+                .bind(now)
+                .bind(id)
+                .bind(org.0)
+                .execute(&mut *tx)
+                .await
+                .map_err(map_err)?;
+                if done.rows_affected() == 0 {
+                    return Ok(false);
+                }
+                sqlx::query(
+                    "UPDATE action_decisions SET hitl_result = $1, hitl_responded_at = $2, hitl_responded_by = $3 \
+                     WHERE org_id = $4 AND id = (SELECT decision_id FROM hitl_items WHERE id = $5) \
+                     AND $1 IN ('approved', 'rejected')",
+                )
+                .bind(status)
+                .bind(now)
+                .bind(responded_by)
+                .bind(org.0)
+                .bind(id)
+                .execute(&mut *tx)
+                .await
+                .map_err(map_err)?;
+                tx.commit().await.map_err(map_err)?;
+                Ok(true)
+            }
+
+            async fn expire_hitl(&self, org: OrgId, now: DateTime<Utc>) -> StoreResult<()> {
+                let mut tx = self.pool.begin().await.map_err(map_err)?;
+                sqlx::query(
+                    "UPDATE action_decisions SET hitl_result = 'timeout' WHERE org_id = $1 AND hitl_result IS NULL \
+                     AND id IN (SELECT decision_id FROM hitl_items WHERE org_id = $1 AND status = 'pending' \
+                     AND expires_at IS NOT NULL AND expires_at <= $2)",
+                )
+                .bind(org.0)
+                .bind(now)
+                .execute(&mut *tx)
+                .await
+                .map_err(map_err)?;
+                sqlx::query(
+                    "UPDATE hitl_items SET status = 'timeout' WHERE org_id = $1 AND status = 'pending' \
+                     AND expires_at IS NOT NULL AND expires_at <= $2",
+                )
+                .bind(org.0)
+                .bind(now)
+                .execute(&mut *tx)
+                .await
+                .map_err(map_err)?;
+                tx.commit().await.map_err(map_err)?;
+                Ok(())
+            }
+
+            async fn set_notified(&self, org: OrgId, id: Uuid, via: &[String]) -> StoreResult<()> {
+                sqlx::query("UPDATE hitl_items SET notified_via = $1 WHERE id = $2 AND org_id = $3")
+                    .bind(json_text(&via))
+                    .bind(id)
+                    .bind(org.0)
+                    .execute(&self.pool)
+                    .await
+                    .map_err(map_err)?;
                 Ok(())
             }
 

@@ -4,6 +4,7 @@ mod bundles;
 mod cli;
 mod envelope;
 mod evaluate;
+mod hitl;
 mod idempotency;
 mod keys;
 mod limits;
