@@ -3,7 +3,7 @@
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use crate::api::{agents, bundles, evaluate, hitl, keys, ops, rules, settings};
+use crate::api::{agents, bundles, evaluate, hitl, keys, ops, rules, settings, telemetry};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -20,6 +20,7 @@ use crate::api::{agents, bundles, evaluate, hitl, keys, ops, rules, settings};
         bundles::unified, bundles::action, bundles::retrieval,
         evaluate::unified, evaluate::allow, evaluate::recall,
         hitl::decision, hitl::queue, hitl::respond,
+        telemetry::telemetry, telemetry::execution,
         agents::list, agents::create, agents::get, agents::update, agents::delete, agents::regenerate_naming, agents::register,
     ),
     modifiers(&BearerAuth),

@@ -6,7 +6,7 @@ use axum::Router;
 use axum::http::Method;
 use axum::routing::{MethodRouter, delete, get, post, put};
 
-use crate::api::{agents, bundles, evaluate, hitl, keys, ops, rules, settings};
+use crate::api::{agents, bundles, evaluate, hitl, keys, ops, rules, settings, telemetry};
 use crate::app::AppState;
 use crate::auth::{self, Access, Permission as P, Scope as S};
 use crate::extract::BodyLimit;
@@ -20,6 +20,8 @@ pub struct RouteDef {
     pub path: &'static str,
     /// `None`: public (operational endpoints).
     pub access: Option<Access>,
+    /// A body limit of its own (else the configured `max_body_bytes`).
+    pub body_limit: Option<usize>,
     /// Honours `Idempotency-Key` (spec 8). Writes are, except the routes the
     /// spec excludes and those whose response holds a new secret (a stored
     /// replay would keep the key's plaintext at rest).
@@ -35,6 +37,9 @@ const OPERATIONAL_AGENTS: Access = Access {
     scopes: &[S::RulesEvaluate, S::AllowWrite],
     harness: true,
 };
+
+/// Room for a full telemetry batch (100 × 32 KB of context, and the rest).
+const TELEMETRY_BODY_LIMIT: usize = 4 * 1024 * 1024;
 
 /// Any authenticated key (harness keys too), no permission or scope.
 const ANY_KEY: Access = Access {
@@ -86,6 +91,7 @@ fn table() -> Vec<(RouteDef, MethodRouter<AppState>)> {
         path,
         access,
         idempotent: access.is_some() && method != "GET",
+        body_limit: None,
     };
     // Responses that carry a new key's plaintext are never stored.
     let secret = |d: RouteDef| RouteDef {
@@ -219,6 +225,27 @@ fn table() -> Vec<(RouteDef, MethodRouter<AppState>)> {
                 Some(harness_ok(&[], EVALUATE_RECALL)),
             )),
             post(evaluate::recall),
+        ),
+        // What sidecars report; SDK ingest routes are never idempotent (spec 8).
+        // A full batch is 100 items of up to 32 KB of context each.
+        (
+            RouteDef {
+                body_limit: Some(TELEMETRY_BODY_LIMIT),
+                ..no_idem(def(
+                    "POST",
+                    "/allow/telemetry",
+                    Some(harness_ok(&[], EVALUATE_ALLOW)),
+                ))
+            },
+            post(telemetry::telemetry),
+        ),
+        (
+            no_idem(def(
+                "POST",
+                "/allow/execution-events",
+                Some(harness_ok(&[], EVALUATE_ALLOW)),
+            )),
+            post(telemetry::execution),
         ),
         // Approvals: the decision record the sidecar polls, and the queue.
         (
@@ -421,10 +448,10 @@ pub fn route_table() -> Vec<RouteDef> {
 
 /// The router: each route with its authorization and body limit.
 pub fn build(state: AppState) -> Router<AppState> {
-    let limit = state.config.max_body_bytes;
     table()
         .into_iter()
         .fold(Router::new(), |router, (def, handler)| {
+            let limit = def.body_limit.unwrap_or(state.config.max_body_bytes);
             debug_assert!(Method::from_bytes(def.method.as_bytes()).is_ok());
             // Innermost first: idempotency needs the caller `authorize` sets.
             let handler = if def.idempotent {

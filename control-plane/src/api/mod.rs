@@ -9,3 +9,4 @@ pub mod keys;
 pub mod ops;
 pub mod rules;
 pub mod settings;
+pub mod telemetry;

@@ -613,6 +613,29 @@ pub trait Store: Send + Sync + 'static {
     /// Records where an item was announced.
     async fn set_notified(&self, org: OrgId, id: Uuid, via: &[String]) -> StoreResult<()>;
 
+    /// Ingests reported decisions in one transaction: each decision once
+    /// (a re-sent id is ignored), a coverage-gap item per new dedupe key,
+    /// and the app/action pairs. Returns how many pairs were new.
+    async fn ingest_telemetry(
+        &self,
+        org: OrgId,
+        decisions: &[ActionDecision],
+        gaps: &[HitlItem],
+        now: DateTime<Utc>,
+    ) -> StoreResult<u64>;
+
+    /// Records a decision's execution outcome once: `Ok(true)` when stored,
+    /// `Ok(false)` when it already had one, `NotFound`-like `None` when the
+    /// decision does not exist.
+    async fn record_execution(
+        &self,
+        org: OrgId,
+        id: Uuid,
+        result: &str,
+        details: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<bool>>;
+
     /// Claims `key` for a request with `request_hash`, in flight from `now`
     /// until done or `expires_at`.
     async fn idem_claim(

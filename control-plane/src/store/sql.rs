@@ -195,13 +195,16 @@ macro_rules! store_impl {
             Ok(done.rows_affected() == 1)
         }
 
-        async fn insert_action_decision_in<'c, E>(exec: E, d: &ActionDecision) -> StoreResult<()>
+        /// Inserts a decision; with `replay_ok`, an id already stored is left
+        /// alone (a re-sent telemetry item) instead of being an error.
+        async fn insert_action_decision_in<'c, E>(exec: E, d: &ActionDecision, replay_ok: bool) -> StoreResult<()>
         where
             E: sqlx::Executor<'c, Database = $db>,
         {
             let sql = format!(
                 "INSERT INTO action_decisions ({ACTION_DECISION_COLUMNS}) VALUES \
-                 ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)"
+                 ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23){}",
+                if replay_ok { " ON CONFLICT (id) DO NOTHING" } else { "" }
             );
             sqlx::query(&sql)
                 .bind(d.id)
@@ -686,7 +689,7 @@ macro_rules! store_impl {
             }
 
             async fn insert_action_decision(&self, d: &ActionDecision) -> StoreResult<()> {
-                insert_action_decision_in(&self.pool, d).await
+                insert_action_decision_in(&self.pool, d, false).await
             }
 
             async fn action_decision(&self, org: OrgId, id: Uuid) -> StoreResult<Option<ActionDecision>> {
@@ -734,7 +737,7 @@ macro_rules! store_impl {
                 // One transaction: an approval gate never exists without its
                 // decision, nor a gated decision without its item.
                 let mut tx = self.pool.begin().await.map_err(map_err)?;
-                insert_action_decision_in(&mut *tx, d).await?;
+                insert_action_decision_in(&mut *tx, d, false).await?;
                 insert_hitl_in(&mut *tx, item).await?;
                 tx.commit().await.map_err(map_err)?;
                 Ok(())
@@ -853,6 +856,61 @@ macro_rules! store_impl {
                     .await
                     .map_err(map_err)?;
                 Ok(())
+            }
+
+            async fn ingest_telemetry(&self, org: OrgId, decisions: &[ActionDecision], gaps: &[HitlItem], now: DateTime<Utc>) -> StoreResult<u64> {
+                // Writes only, from the first statement on: a SQLite transaction
+                // that read first could not upgrade to writing after another
+                // connection wrote (SQLITE_BUSY_SNAPSHOT).
+                let mut tx = self.pool.begin().await.map_err(map_err)?;
+                for d in decisions {
+                    insert_action_decision_in(&mut *tx, d, true).await?;
+                }
+                for g in gaps {
+                    insert_hitl_in(&mut *tx, g).await?;
+                }
+                let mut new_schemas = 0;
+                for d in decisions {
+                    let done = sqlx::query(
+                        "INSERT INTO telemetry_schemas (org_id, target_app, action, first_seen_at) VALUES ($1, $2, $3, $4) \
+                         ON CONFLICT (org_id, target_app, action) DO NOTHING",
+                    )
+                    .bind(org.0)
+                    .bind(&d.target_app)
+                    .bind(&d.action)
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(map_err)?;
+                    new_schemas += done.rows_affected();
+                }
+                tx.commit().await.map_err(map_err)?;
+                Ok(new_schemas)
+            }
+
+            async fn record_execution(&self, org: OrgId, id: Uuid, result: &str, details: Option<&str>, now: DateTime<Utc>) -> StoreResult<Option<bool>> {
+                let done = sqlx::query(
+                    "UPDATE action_decisions SET execution_result = $1, execution_details = $2, execution_completed_at = $3 \
+                     WHERE id = $4 AND org_id = $5 AND execution_result IS NULL",
+                )
+                .bind(result)
+                .bind(details)
+                .bind(now)
+                .bind(id)
+                .bind(org.0)
+                .execute(&self.pool)
+                .await
+                .map_err(map_err)?;
+                if done.rows_affected() == 1 {
+                    return Ok(Some(true));
+                }
+                let exists: Option<(Uuid,)> = sqlx::query_as("SELECT id FROM action_decisions WHERE id = $1 AND org_id = $2")
+                    .bind(id)
+                    .bind(org.0)
+                    .fetch_optional(&self.pool)
+                    .await
+                    .map_err(map_err)?;
+                Ok(exists.map(|_| false))
             }
 
             async fn idem_claim(

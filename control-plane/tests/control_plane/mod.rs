@@ -12,3 +12,4 @@ mod rules;
 mod settings;
 mod store;
 mod support;
+mod telemetry;
