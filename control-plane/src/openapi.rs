@@ -3,7 +3,7 @@
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use crate::api::{agents, bundles, evaluate, hitl, keys, ops, rules, settings, telemetry};
+use crate::api::{agents, audit, bundles, evaluate, hitl, keys, ops, rules, settings, telemetry};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -21,6 +21,7 @@ use crate::api::{agents, bundles, evaluate, hitl, keys, ops, rules, settings, te
         evaluate::unified, evaluate::allow, evaluate::recall,
         hitl::decision, hitl::queue, hitl::respond,
         telemetry::telemetry, telemetry::execution,
+        audit::allow, audit::recall,
         agents::list, agents::create, agents::get, agents::update, agents::delete, agents::regenerate_naming, agents::register,
     ),
     modifiers(&BearerAuth),

@@ -6,7 +6,7 @@ use axum::Router;
 use axum::http::Method;
 use axum::routing::{MethodRouter, delete, get, post, put};
 
-use crate::api::{agents, bundles, evaluate, hitl, keys, ops, rules, settings, telemetry};
+use crate::api::{agents, audit, bundles, evaluate, hitl, keys, ops, rules, settings, telemetry};
 use crate::app::AppState;
 use crate::auth::{self, Access, Permission as P, Scope as S};
 use crate::extract::BodyLimit;
@@ -246,6 +246,23 @@ fn table() -> Vec<(RouteDef, MethodRouter<AppState>)> {
                 Some(harness_ok(&[], EVALUATE_ALLOW)),
             )),
             post(telemetry::execution),
+        ),
+        // Audit logs: management keys only (spec 4.2, 4.3).
+        (
+            def(
+                "GET",
+                "/v1/allow/audit-log",
+                Some(scoped(&[P::AllowAuditLogView], READ_ALLOW)),
+            ),
+            get(audit::allow),
+        ),
+        (
+            def(
+                "GET",
+                "/v1/recall/audit-log",
+                Some(scoped(&[P::RecallAuditLogView], READ_RECALL)),
+            ),
+            get(audit::recall),
         ),
         // Approvals: the decision record the sidecar polls, and the queue.
         (

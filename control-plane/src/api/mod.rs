@@ -2,6 +2,7 @@
 //! call a service function, map to the response.
 
 pub mod agents;
+pub mod audit;
 pub mod bundles;
 pub mod evaluate;
 pub mod hitl;

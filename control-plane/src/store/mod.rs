@@ -228,6 +228,23 @@ pub struct HitlItem {
     pub created_at: DateTime<Utc>,
 }
 
+/// Filters of the audit-log reads (spec 4.2, 4.3); `None` matches all.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AuditFilter {
+    pub agent_id: Option<String>,
+    /// Action log only.
+    pub target_app: Option<String>,
+    pub decision: Option<String>,
+    /// Action log only.
+    pub hitl_result: Option<String>,
+    /// Retrieval log only.
+    pub operation: Option<String>,
+    /// Retrieval log only.
+    pub reason_code: Option<String>,
+    pub start: Option<DateTime<Utc>>,
+    pub end: Option<DateTime<Utc>>,
+}
+
 /// An organization.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Organization {
@@ -635,6 +652,22 @@ pub trait Store: Send + Sync + 'static {
         details: Option<&str>,
         now: DateTime<Utc>,
     ) -> StoreResult<Option<bool>>;
+
+    /// Action decisions of `org` matching `filter`, newest first, and the total.
+    async fn action_log(
+        &self,
+        org: OrgId,
+        filter: &AuditFilter,
+        page: Page,
+    ) -> StoreResult<(Vec<ActionDecision>, u64)>;
+
+    /// Retrieval decisions of `org` matching `filter`, newest first, and the total.
+    async fn retrieval_log(
+        &self,
+        org: OrgId,
+        filter: &AuditFilter,
+        page: Page,
+    ) -> StoreResult<(Vec<RetrievalDecision>, u64)>;
 
     /// Claims `key` for a request with `request_hash`, in flight from `now`
     /// until done or `expires_at`.

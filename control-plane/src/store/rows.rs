@@ -387,3 +387,56 @@ impl TryFrom<HitlRow> for super::HitlItem {
         })
     }
 }
+
+#[derive(sqlx::FromRow)]
+pub(super) struct RetrievalDecisionRow {
+    id: Uuid,
+    org_id: Uuid,
+    agent_id: String,
+    operation: String,
+    resource_type: String,
+    resource_metadata: String,
+    query: Option<String>,
+    surface: Option<String>,
+    trust_tier: Option<String>,
+    decision: String,
+    would_decide: Option<String>,
+    reason: String,
+    reason_code: String,
+    rule_id: Option<Uuid>,
+    enforced: bool,
+    agent_mode: String,
+    floor_detectors: String,
+    created_at: DateTime<Utc>,
+}
+
+impl TryFrom<RetrievalDecisionRow> for super::RetrievalDecision {
+    type Error = StoreError;
+
+    fn try_from(r: RetrievalDecisionRow) -> StoreResult<super::RetrievalDecision> {
+        Ok(super::RetrievalDecision {
+            id: r.id,
+            org: OrgId(r.org_id),
+            agent_id: r.agent_id,
+            operation: r.operation,
+            resource_type: r.resource_type,
+            resource_metadata: json_of(&r.resource_metadata, "resource_metadata")?,
+            query: r.query,
+            surface: r.surface,
+            trust_tier: r.trust_tier,
+            decision: spelled(&r.decision, "decision")?,
+            would_decide: r
+                .would_decide
+                .as_deref()
+                .map(|d| spelled(d, "decision"))
+                .transpose()?,
+            reason: r.reason,
+            reason_code: spelled(&r.reason_code, "reason code")?,
+            rule_id: r.rule_id,
+            enforced: r.enforced,
+            agent_mode: spelled(&r.agent_mode, "mode")?,
+            floor_detectors: json_of(&r.floor_detectors, "floor_detectors")?,
+            created_at: r.created_at,
+        })
+    }
+}

@@ -34,6 +34,44 @@ pub(super) fn facets_json(facets: &[warden_engine::model::Facet]) -> String {
         .unwrap_or_else(|_| "[]".into())
 }
 
+/// A value bound into a filter.
+pub(super) enum FilterValue {
+    Text(String),
+    Time(chrono::DateTime<chrono::Utc>),
+}
+
+/// `WHERE` clauses of an audit-log read, with their values in `$n` order
+/// after `$1` (the organization).
+pub(super) fn audit_where(f: &super::AuditFilter, action_log: bool) -> (String, Vec<FilterValue>) {
+    let mut clauses = vec!["org_id = $1".to_owned()];
+    let mut values = Vec::new();
+    let text = |col: &str,
+                v: &Option<String>,
+                clauses: &mut Vec<String>,
+                values: &mut Vec<FilterValue>| {
+        if let Some(v) = v {
+            values.push(FilterValue::Text(v.clone()));
+            clauses.push(format!("{col} = ${}", values.len() + 1));
+        }
+    };
+    text("agent_id", &f.agent_id, &mut clauses, &mut values);
+    text("decision", &f.decision, &mut clauses, &mut values);
+    if action_log {
+        text("target_app", &f.target_app, &mut clauses, &mut values);
+        text("hitl_result", &f.hitl_result, &mut clauses, &mut values);
+    } else {
+        text("operation", &f.operation, &mut clauses, &mut values);
+        text("reason_code", &f.reason_code, &mut clauses, &mut values);
+    }
+    for (op, t) in [(">=", f.start), ("<=", f.end)] {
+        if let Some(t) = t {
+            values.push(FilterValue::Time(t));
+            clauses.push(format!("created_at {op} ${}", values.len() + 1));
+        }
+    }
+    (clauses.join(" AND "), values)
+}
+
 /// Maps a driver error, turning unique violations into conflicts.
 pub(super) fn map_err(e: sqlx::Error) -> super::StoreError {
     match &e {
@@ -52,12 +90,12 @@ macro_rules! store_impl {
 
         use warden_engine::model::{Bypass, Facet, Rule};
 
-        use super::rows::{ActionDecisionRow, HitlRow, AgentRow, AuditRow, IdemRow, KeyRow, OrgRow, RuleRow, SettingsRow, names};
-        use super::sql::{KEY_COLUMNS, RULE_FIELDS, facets_json, map_err, rule_columns};
+        use super::rows::{ActionDecisionRow, RetrievalDecisionRow, HitlRow, AgentRow, AuditRow, IdemRow, KeyRow, OrgRow, RuleRow, SettingsRow, names};
+        use super::sql::{FilterValue, audit_where, KEY_COLUMNS, RULE_FIELDS, facets_json, map_err, rule_columns};
         use super::{
             ApiKey, AuditEntry, IdemClaim, IdemKey, IdemRecord, KeyId, NewKey, OrgId, Organization,
             Page, Retire, RuleId, Store, StoreResult, Settings, SettingsDoc, Agent, AgentDoc, ActionDecision,
-            RetrievalDecision, HitlItem,
+            RetrievalDecision, HitlItem, AuditFilter,
         };
 
         async fn insert_key<'c, E>(exec: E, key: &NewKey, now: DateTime<Utc>) -> StoreResult<ApiKey>
@@ -235,6 +273,24 @@ macro_rules! store_impl {
                 .map_err(map_err)?;
             Ok(())
         }
+
+        /// Binds filter values after the organization.
+        fn bind_filter<'q, O>(
+            mut q: sqlx::query::QueryAs<'q, $db, O, <$db as sqlx::Database>::Arguments<'q>>,
+            values: &'q [FilterValue],
+        ) -> sqlx::query::QueryAs<'q, $db, O, <$db as sqlx::Database>::Arguments<'q>> {
+            for v in values {
+                q = match v {
+                    FilterValue::Text(t) => q.bind(t),
+                    FilterValue::Time(t) => q.bind(*t),
+                };
+            }
+            q
+        }
+
+        const RETRIEVAL_DECISION_COLUMNS: &str = "id, org_id, agent_id, operation, resource_type, resource_metadata, \
+             query, surface, trust_tier, decision, would_decide, reason, reason_code, rule_id, enforced, agent_mode, \
+             floor_detectors, created_at";
 
         async fn rule_in<'c, E>(exec: E, org: OrgId, id: RuleId) -> StoreResult<Option<Rule>>
         where
@@ -911,6 +967,48 @@ macro_rules! store_impl {
                     .await
                     .map_err(map_err)?;
                 Ok(exists.map(|_| false))
+            }
+
+            async fn action_log(&self, org: OrgId, filter: &AuditFilter, page: Page) -> StoreResult<(Vec<ActionDecision>, u64)> {
+                let (clause, values) = audit_where(filter, true);
+                let n = values.len();
+                let sql = format!(
+                    "SELECT {ACTION_DECISION_COLUMNS} FROM action_decisions WHERE {clause} \
+                     ORDER BY created_at DESC, id LIMIT ${} OFFSET ${}",
+                    n + 2,
+                    n + 3
+                );
+                let rows: Vec<ActionDecisionRow> = bind_filter(sqlx::query_as(&sql).bind(org.0), &values)
+                    .bind(i64::from(page.limit))
+                    .bind(page.offset())
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(map_err)?;
+                let count = format!("SELECT COUNT(*) FROM action_decisions WHERE {clause}");
+                let (total,): (i64,) = bind_filter(sqlx::query_as(&count).bind(org.0), &values).fetch_one(&self.pool).await.map_err(map_err)?;
+                let items = rows.into_iter().map(ActionDecision::try_from).collect::<StoreResult<_>>()?;
+                Ok((items, u64::try_from(total).unwrap_or(0)))
+            }
+
+            async fn retrieval_log(&self, org: OrgId, filter: &AuditFilter, page: Page) -> StoreResult<(Vec<RetrievalDecision>, u64)> {
+                let (clause, values) = audit_where(filter, false);
+                let n = values.len();
+                let sql = format!(
+                    "SELECT {RETRIEVAL_DECISION_COLUMNS} FROM retrieval_decisions WHERE {clause} \
+                     ORDER BY created_at DESC, id LIMIT ${} OFFSET ${}",
+                    n + 2,
+                    n + 3
+                );
+                let rows: Vec<RetrievalDecisionRow> = bind_filter(sqlx::query_as(&sql).bind(org.0), &values)
+                    .bind(i64::from(page.limit))
+                    .bind(page.offset())
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(map_err)?;
+                let count = format!("SELECT COUNT(*) FROM retrieval_decisions WHERE {clause}");
+                let (total,): (i64,) = bind_filter(sqlx::query_as(&count).bind(org.0), &values).fetch_one(&self.pool).await.map_err(map_err)?;
+                let items = rows.into_iter().map(RetrievalDecision::try_from).collect::<StoreResult<_>>()?;
+                Ok((items, u64::try_from(total).unwrap_or(0)))
             }
 
             async fn idem_claim(

@@ -1,4 +1,5 @@
 mod agents;
+mod audit;
 mod auth;
 mod bundles;
 mod cli;
