@@ -32,6 +32,8 @@ pub struct AppState {
     pub config: Arc<Config>,
     /// Compiled policy sets by organization and agent.
     pub policies: Arc<crate::evaluate::PolicyCache>,
+    /// Mode changes for the stream's subscribers in this process.
+    pub modes: tokio::sync::broadcast::Sender<crate::store::ModeEvent>,
     /// Where every stored decision goes next (the record seam).
     pub recorder: Arc<dyn crate::record::Recorder>,
     /// When each key last had `last_used_at` written for an `/api/...` call.
@@ -55,7 +57,11 @@ impl AppState {
             }
             None => (Arc::new(MemoryLimiter::new(config.rate_limit)), None),
         };
+        let (modes, _) = tokio::sync::broadcast::channel(1024);
+        // Replicas sharing PostgreSQL hear each other's changes.
+        store.relay_modes(modes.clone());
         Ok(AppState {
+            modes,
             store,
             limiter,
             redis,
@@ -65,6 +71,21 @@ impl AppState {
             recorder: Arc::new(crate::record::LogRecorder),
             api_touches: Arc::default(),
         })
+    }
+
+    /// Announces a mode change to every subscriber: through the database
+    /// when it relays between replicas, else in this process only.
+    pub async fn announce_mode(&self, event: crate::store::ModeEvent) {
+        match self.store.announce_mode(&event).await {
+            Ok(true) => {}
+            Ok(false) => {
+                let _ = self.modes.send(event);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "could not announce a mode change to other replicas");
+                let _ = self.modes.send(event);
+            }
+        }
     }
 
     /// Records that `key` was used for `path` (spec 2.1 "Last Used"): on

@@ -38,6 +38,8 @@ pub struct RawConfig {
     pub rate_limit_window_secs: Option<u64>,
     /// The largest request body accepted, in bytes (default 1 MiB).
     pub max_body_bytes: Option<usize>,
+    /// Seconds between `ping` events on the mode stream (default 25).
+    pub stream_ping_secs: Option<u64>,
 }
 
 impl RawConfig {
@@ -69,6 +71,7 @@ impl RawConfig {
             rate_limit_requests: over.rate_limit_requests.or(self.rate_limit_requests),
             rate_limit_window_secs: over.rate_limit_window_secs.or(self.rate_limit_window_secs),
             max_body_bytes: over.max_body_bytes.or(self.max_body_bytes),
+            stream_ping_secs: over.stream_ping_secs.or(self.stream_ping_secs),
         }
     }
 }
@@ -95,6 +98,8 @@ pub struct Config {
     pub log_format: LogFormat,
     pub rate_limit: RateLimit,
     pub max_body_bytes: usize,
+    /// The mode stream's heartbeat (spec §8: 25 s).
+    pub stream_ping: Duration,
 }
 
 /// The per-key sliding window (spec §8: 600 requests per 60 s).
@@ -129,6 +134,7 @@ impl std::fmt::Debug for Config {
             .field("log_format", &self.log_format)
             .field("rate_limit", &self.rate_limit)
             .field("max_body_bytes", &self.max_body_bytes)
+            .field("stream_ping", &self.stream_ping)
             .finish()
     }
 }
@@ -195,7 +201,12 @@ impl Config {
         if max_body_bytes < 1024 {
             return Err(ConfigError("max_body_bytes must be at least 1024".into()));
         }
+        let ping = raw.stream_ping_secs.unwrap_or(25);
+        if ping == 0 {
+            return Err(ConfigError("stream_ping_secs must be positive".into()));
+        }
         Ok(Config {
+            stream_ping: Duration::from_secs(ping),
             listen,
             database_url,
             data_dir,

@@ -3,7 +3,9 @@
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use crate::api::{agents, audit, bundles, evaluate, hitl, keys, ops, rules, settings, telemetry};
+use crate::api::{
+    agents, audit, bundles, evaluate, hitl, keys, ops, rules, settings, stream, telemetry,
+};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -22,6 +24,7 @@ use crate::api::{agents, audit, bundles, evaluate, hitl, keys, ops, rules, setti
         hitl::decision, hitl::queue, hitl::respond,
         telemetry::telemetry, telemetry::execution,
         audit::allow, audit::recall,
+        stream::stream,
         agents::list, agents::create, agents::get, agents::update, agents::delete, agents::regenerate_naming, agents::register,
     ),
     modifiers(&BearerAuth),

@@ -6,7 +6,9 @@ use axum::Router;
 use axum::http::Method;
 use axum::routing::{MethodRouter, delete, get, post, put};
 
-use crate::api::{agents, audit, bundles, evaluate, hitl, keys, ops, rules, settings, telemetry};
+use crate::api::{
+    agents, audit, bundles, evaluate, hitl, keys, ops, rules, settings, stream, telemetry,
+};
 use crate::app::AppState;
 use crate::auth::{self, Access, Permission as P, Scope as S};
 use crate::extract::BodyLimit;
@@ -246,6 +248,14 @@ fn table() -> Vec<(RouteDef, MethodRouter<AppState>)> {
                 Some(harness_ok(&[], EVALUATE_ALLOW)),
             )),
             post(telemetry::execution),
+        ),
+        (
+            def(
+                "GET",
+                "/allow/agents/me/stream",
+                Some(harness_ok(&[P::AllowAgentsView], &[])),
+            ),
+            get(stream::stream),
         ),
         // Audit logs: management keys only (spec 4.2, 4.3).
         (

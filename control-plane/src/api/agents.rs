@@ -108,6 +108,13 @@ pub struct Registered {
     pub agent_id: String,
 }
 
+fn mode_event(caller: &Caller, agent_id: &str) -> crate::store::ModeEvent {
+    crate::store::ModeEvent {
+        org: caller.key.org,
+        agent_id: Some(agent_id.to_owned()),
+    }
+}
+
 async fn org_default(state: &AppState, caller: &Caller) -> Result<AgentMode, ApiError> {
     Ok(state
         .store
@@ -156,6 +163,9 @@ pub async fn create(
         Utc::now(),
     )
     .await?;
+    state
+        .announce_mode(mode_event(&caller, &agent.agent_id))
+        .await;
     let default = org_default(&state, &caller).await?;
     Ok((
         StatusCode::CREATED,
@@ -191,6 +201,10 @@ pub async fn update(
     ApiJson(body): ApiJson<AgentBody>,
 ) -> Result<Json<AgentView>, ApiError> {
     let agent = agents::update(state.store.as_ref(), caller.key.org, id, body, Utc::now()).await?;
+    // Subscribers re-read the mode and hear only real changes.
+    state
+        .announce_mode(mode_event(&caller, &agent.agent_id))
+        .await;
     Ok(Json(AgentView::of(
         agent,
         org_default(&state, &caller).await?,
@@ -212,6 +226,9 @@ pub async fn delete(
         .store
         .save_agent(caller.key.org, id, agent.mode, &agent.doc, Some(now), now)
         .await?;
+    state
+        .announce_mode(mode_event(&caller, &agent.agent_id))
+        .await;
     Ok(Json(Deleted { deleted: true }))
 }
 

@@ -18,12 +18,12 @@ use crate::extract::{DetailsShape, Issue};
 /// The query of the agent-scoped bundles.
 #[derive(Debug, Default, Deserialize)]
 pub struct BundleQuery {
-    agent_id: Option<String>,
+    pub agent_id: Option<String>,
 }
 
 /// The `agent_id` a bundle request names (required, 1-255), which an agent
 /// key may only name as its own.
-fn agent_id(
+pub fn agent_id(
     caller: &Caller,
     query: Result<Query<BundleQuery>, QueryRejection>,
 ) -> Result<String, ApiError> {

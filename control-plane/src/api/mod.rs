@@ -10,4 +10,5 @@ pub mod keys;
 pub mod ops;
 pub mod rules;
 pub mod settings;
+pub mod stream;
 pub mod telemetry;

@@ -154,5 +154,14 @@ pub async fn put(
         doc.default_agent_mode = v;
     }
     let saved = state.store.save_settings(caller.key.org, &doc, now).await?;
+    if default_agent_mode.is_some() {
+        // Every agent that inherits the default moves with it.
+        state
+            .announce_mode(crate::store::ModeEvent {
+                org: caller.key.org,
+                agent_id: None,
+            })
+            .await;
+    }
     Ok(Json(saved.into()))
 }

@@ -245,6 +245,30 @@ pub struct AuditFilter {
     pub end: Option<DateTime<Utc>>,
 }
 
+/// A mode change to announce to stream subscribers: one agent's, or (with
+/// no agent) the organization default's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModeEvent {
+    pub org: OrgId,
+    pub agent_id: Option<String>,
+}
+
+impl ModeEvent {
+    /// The `NOTIFY` payload: `org|agent_id` (empty agent: organization-wide).
+    pub fn payload(&self) -> String {
+        format!("{}|{}", self.org.0, self.agent_id.as_deref().unwrap_or(""))
+    }
+
+    /// Parses a payload made by [`ModeEvent::payload`].
+    pub fn parse(payload: &str) -> Option<ModeEvent> {
+        let (org, agent) = payload.split_once('|')?;
+        Some(ModeEvent {
+            org: OrgId(Uuid::parse_str(org).ok()?),
+            agent_id: (!agent.is_empty()).then(|| agent.to_owned()),
+        })
+    }
+}
+
 /// An organization.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Organization {
@@ -668,6 +692,16 @@ pub trait Store: Send + Sync + 'static {
         filter: &AuditFilter,
         page: Page,
     ) -> StoreResult<(Vec<RetrievalDecision>, u64)>;
+
+    /// Announces a mode change to every replica sharing this database;
+    /// `false` when the backend cannot (then only this process is told).
+    async fn announce_mode(&self, _event: &ModeEvent) -> StoreResult<bool> {
+        Ok(false)
+    }
+
+    /// Starts relaying other replicas' announcements into `bus` (a no-op
+    /// for backends that cannot announce).
+    fn relay_modes(&self, _bus: tokio::sync::broadcast::Sender<ModeEvent>) {}
 
     /// Claims `key` for a request with `request_hash`, in flight from `now`
     /// until done or `expires_at`.

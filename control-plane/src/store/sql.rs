@@ -83,7 +83,7 @@ pub(super) fn map_err(e: sqlx::Error) -> super::StoreError {
 }
 
 macro_rules! store_impl {
-    ($store:ty, $db:ty) => {
+    ($store:ty, $db:ty $(, { $($extra:tt)* })?) => {
         use async_trait::async_trait;
         use chrono::{DateTime, Utc};
         use uuid::Uuid;
@@ -1010,6 +1010,9 @@ macro_rules! store_impl {
                 let items = rows.into_iter().map(RetrievalDecision::try_from).collect::<StoreResult<_>>()?;
                 Ok((items, u64::try_from(total).unwrap_or(0)))
             }
+
+            // Backend-specific methods (PostgreSQL's LISTEN/NOTIFY).
+            $($($extra)*)?
 
             async fn idem_claim(
                 &self,

@@ -12,5 +12,6 @@ mod limits;
 mod rules;
 mod settings;
 mod store;
+mod stream;
 mod support;
 mod telemetry;

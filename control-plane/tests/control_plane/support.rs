@@ -129,6 +129,10 @@ impl TestServer {
     /// Starts a server with `raw` settings (its database is always a fresh one).
     pub(crate) async fn start_with(backend: Backend, raw: RawConfig) -> TestServer {
         let db = TestDb::new(backend).await;
+        TestServer::start_on(db, raw).await
+    }
+
+    async fn start_on(db: TestDb, raw: RawConfig) -> TestServer {
         let config = Config::from_raw(RawConfig {
             database_url: Some(db.url.clone()),
             listen: Some("127.0.0.1:0".into()),
@@ -202,6 +206,16 @@ impl TestServer {
         } else {
             Backend::Postgres
         }
+    }
+
+    /// A second server (another replica) on this server's database.
+    pub(crate) async fn replica(&self, raw: RawConfig) -> TestServer {
+        let db = TestDb {
+            url: self.db.url.clone(),
+            _dir: None,
+            pg_drop: None,
+        };
+        TestServer::start_on(db, raw).await
     }
 
     pub(crate) async fn stop(mut self) {
