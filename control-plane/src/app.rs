@@ -18,6 +18,9 @@ use crate::limit::{MemoryLimiter, RateLimiter, RedisLimiter};
 use crate::metrics::Metrics;
 use crate::store::{self, ApiKey, KeyId, Store};
 
+/// How often coalesced key uses are written.
+const TOUCH_FLUSH: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// Management-key use of `/api/...` updates `last_used_at` at most this often.
 const API_TOUCH_INTERVAL: TimeDelta = TimeDelta::seconds(60);
 
@@ -34,10 +37,12 @@ pub struct AppState {
     pub policies: Arc<crate::evaluate::PolicyCache>,
     /// Mode changes for the stream's subscribers in this process.
     pub modes: tokio::sync::broadcast::Sender<crate::store::ModeEvent>,
-    /// Where every stored decision goes next (the record seam).
-    pub recorder: Arc<dyn crate::record::Recorder>,
+    /// Where decisions go: group-committed to the store, then recorded.
+    pub sink: Arc<crate::sink::DecisionSink>,
     /// When each key last had `last_used_at` written for an `/api/...` call.
     api_touches: Arc<Mutex<HashMap<KeyId, DateTime<Utc>>>>,
+    /// Key uses not written yet: the latest per key.
+    pending_touches: Arc<Mutex<HashMap<KeyId, DateTime<Utc>>>>,
 }
 
 impl AppState {
@@ -57,10 +62,14 @@ impl AppState {
             }
             None => (Arc::new(MemoryLimiter::new(config.rate_limit)), None),
         };
+        let sink = Arc::new(crate::sink::DecisionSink::start(
+            store.clone(),
+            Arc::new(crate::record::LogRecorder),
+        ));
         let (modes, _) = tokio::sync::broadcast::channel(1024);
         // Replicas sharing PostgreSQL hear each other's changes.
         store.relay_modes(modes.clone());
-        Ok(AppState {
+        let state = AppState {
             modes,
             store,
             limiter,
@@ -68,9 +77,12 @@ impl AppState {
             metrics: Arc::new(Metrics::new()),
             config: Arc::new(config),
             policies: Arc::default(),
-            recorder: Arc::new(crate::record::LogRecorder),
+            sink,
             api_touches: Arc::default(),
-        })
+            pending_touches: Arc::default(),
+        };
+        state.spawn_touch_flusher();
+        Ok(state)
     }
 
     /// Announces a mode change to every subscriber: through the database
@@ -89,8 +101,9 @@ impl AppState {
     }
 
     /// Records that `key` was used for `path` (spec 2.1 "Last Used"): on
-    /// every request, except `/api/...`, where at most once per 60 s. The
-    /// write happens off the request path.
+    /// every request, except `/api/...`, where at most once per 60 s. Uses
+    /// are coalesced per key and written off the request path within
+    /// [`TOUCH_FLUSH`] (the latest use wins).
     pub fn touch(&self, key: &ApiKey, path: &str, now: DateTime<Utc>) {
         if path.starts_with("/api/") {
             let Ok(mut seen) = self.api_touches.lock() else {
@@ -104,10 +117,29 @@ impl AppState {
             }
             seen.insert(key.id, now);
         }
-        let (store, id) = (self.store.clone(), key.id);
+        if let Ok(mut pending) = self.pending_touches.lock() {
+            let t = pending.entry(key.id).or_insert(now);
+            *t = (*t).max(now);
+        }
+    }
+
+    /// Writes the coalesced key uses every [`TOUCH_FLUSH`] until the
+    /// process ends.
+    fn spawn_touch_flusher(&self) {
+        let (store, pending) = (self.store.clone(), self.pending_touches.clone());
         tokio::spawn(async move {
-            if let Err(e) = store.touch_key(id, now).await {
-                tracing::warn!(error = %e, "could not record key use");
+            let mut tick = tokio::time::interval(TOUCH_FLUSH);
+            loop {
+                tick.tick().await;
+                let due: Vec<(KeyId, DateTime<Utc>)> = match pending.lock() {
+                    Ok(mut p) => p.drain().collect(),
+                    Err(_) => continue,
+                };
+                for (id, at) in due {
+                    if let Err(e) = store.touch_key(id, at).await {
+                        tracing::warn!(error = %e, "could not record key use");
+                    }
+                }
             }
         });
     }

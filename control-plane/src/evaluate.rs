@@ -21,7 +21,7 @@ use warden_engine::{PolicySet, Verdict};
 
 use crate::bundles;
 use crate::error::ApiError;
-use crate::record::Recorder;
+use crate::sink::DecisionSink;
 use crate::store::{ActionDecision, Agent, HitlItem, OrgId, RetrievalDecision, Store};
 
 /// Policy sets are dropped wholesale past this many cached agents.
@@ -159,7 +159,7 @@ pub struct Decided {
 pub async fn action(
     store: &dyn Store,
     cache: &PolicyCache,
-    recorder: &dyn Recorder,
+    sink: &DecisionSink,
     org: OrgId,
     agent: AgentRef<'_>,
     input: &ActionInput,
@@ -174,7 +174,7 @@ pub async fn action(
         context: input.context.clone(),
     };
     let window = set.no_coverage().hitl_timeout_seconds;
-    let id = store_action(store, recorder, org, event, &verdict, window, now).await?;
+    let id = store_action(sink, org, event, &verdict, window, now).await?;
     Ok(Decided { id, verdict })
 }
 
@@ -182,7 +182,7 @@ pub async fn action(
 pub async fn delegation(
     store: &dyn Store,
     cache: &PolicyCache,
-    recorder: &dyn Recorder,
+    sink: &DecisionSink,
     org: OrgId,
     agent: AgentRef<'_>,
     input: &DelegationInput,
@@ -197,7 +197,7 @@ pub async fn delegation(
         context: serde_json::to_value(&input.context).unwrap_or(Value::Null),
     };
     let window = set.no_coverage().hitl_timeout_seconds;
-    let id = store_action(store, recorder, org, event, &verdict, window, now).await?;
+    let id = store_action(sink, org, event, &verdict, window, now).await?;
     Ok(Decided { id, verdict })
 }
 
@@ -216,8 +216,7 @@ const MAX_APPROVAL_WINDOW_SECS: u32 = 120;
 /// queue item (an end-user gate) in the same transaction, open for the
 /// organization's window clamped to 120 s.
 async fn store_action(
-    store: &dyn Store,
-    recorder: &dyn Recorder,
+    sink: &DecisionSink,
     org: OrgId,
     event: ActionEvent<'_>,
     verdict: &Verdict,
@@ -277,19 +276,21 @@ async fn store_action(
             responded_by: None,
             created_at: now,
         };
-        store.insert_decision_with_hitl(&row, &item).await?;
+        let id = row.id;
+        sink.action(row, Some(item)).await?;
+        Ok(id)
     } else {
-        store.insert_action_decision(&row).await?;
+        let id = row.id;
+        sink.action(row, None).await?;
+        Ok(id)
     }
-    recorder.action(&row);
-    Ok(row.id)
 }
 
 /// Decides a retrieval for `agent`, stores it masked and records it.
 pub async fn retrieval(
     store: &dyn Store,
     cache: &PolicyCache,
-    recorder: &dyn Recorder,
+    sink: &DecisionSink,
     org: OrgId,
     agent: AgentRef<'_>,
     input: &RetrievalInput,
@@ -324,10 +325,7 @@ pub async fn retrieval(
         floor_detectors,
         created_at: now,
     };
-    store.insert_retrieval_decision(&row).await?;
-    recorder.retrieval(&row);
-    Ok(Decided {
-        id: row.id,
-        verdict,
-    })
+    let id = row.id;
+    sink.retrieval(row).await?;
+    Ok(Decided { id, verdict })
 }

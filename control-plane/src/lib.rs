@@ -40,4 +40,5 @@ pub mod openapi;
 pub mod record;
 pub mod routes;
 pub mod rules;
+pub mod sink;
 pub mod store;

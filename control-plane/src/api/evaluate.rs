@@ -269,7 +269,7 @@ pub async fn allow(
     let decided = evaluate::action(
         store,
         &state.policies,
-        state.recorder.as_ref(),
+        &state.sink,
         caller.key.org,
         AgentRef::Known(&agent),
         &input,
@@ -358,7 +358,7 @@ pub async fn recall(
     let decided = evaluate::retrieval(
         store,
         &state.policies,
-        state.recorder.as_ref(),
+        &state.sink,
         caller.key.org,
         agent_ref,
         &input,
@@ -470,7 +470,7 @@ pub async fn unified(
 
     let now = Utc::now();
     let store = state.store.as_ref();
-    let (org, recorder) = (caller.key.org, state.recorder.as_ref());
+    let (org, sink) = (caller.key.org, state.sink.as_ref());
     let agent = store.agent_by_agent_id(org, &agent_id).await?;
     let agent_ref = || {
         agent
@@ -487,16 +487,8 @@ pub async fn unified(
                     action: action.clone(),
                     context: context.clone(),
                 };
-                evaluate::action(
-                    store,
-                    &state.policies,
-                    recorder,
-                    org,
-                    agent_ref(),
-                    &input,
-                    now,
-                )
-                .await?
+                evaluate::action(store, &state.policies, sink, org, agent_ref(), &input, now)
+                    .await?
             }
             Facet::Delegation => {
                 let mut ctx: DelegationContext =
@@ -509,31 +501,15 @@ pub async fn unified(
                     target_app: target_app.clone(),
                     context: ctx,
                 };
-                evaluate::delegation(
-                    store,
-                    &state.policies,
-                    recorder,
-                    org,
-                    agent_ref(),
-                    &input,
-                    now,
-                )
-                .await?
+                evaluate::delegation(store, &state.policies, sink, org, agent_ref(), &input, now)
+                    .await?
             }
             Facet::Retrieval => {
                 let input = retrieval
                     .as_ref()
                     .ok_or_else(|| ApiError::Internal("retrieval input missing".into()))?;
-                evaluate::retrieval(
-                    store,
-                    &state.policies,
-                    recorder,
-                    org,
-                    agent_ref(),
-                    input,
-                    now,
-                )
-                .await?
+                evaluate::retrieval(store, &state.policies, sink, org, agent_ref(), input, now)
+                    .await?
             }
         };
         decided.push((*facet, d));

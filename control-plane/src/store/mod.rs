@@ -605,6 +605,14 @@ pub trait Store: Send + Sync + 'static {
     /// Stores a retrieval decision.
     async fn insert_retrieval_decision(&self, d: &RetrievalDecision) -> StoreResult<()>;
 
+    /// Stores many decisions (and the approval gates of some) in one
+    /// transaction: the group commit of the decision sink.
+    async fn insert_decisions(
+        &self,
+        actions: &[(ActionDecision, Option<HitlItem>)],
+        retrievals: &[RetrievalDecision],
+    ) -> StoreResult<()>;
+
     /// Inserts a queue item; with a `dedupe_key` already present, returns
     /// `false` and inserts nothing.
     async fn insert_hitl(&self, item: &HitlItem) -> StoreResult<bool>;

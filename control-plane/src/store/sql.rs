@@ -292,6 +292,40 @@ macro_rules! store_impl {
              query, surface, trust_tier, decision, would_decide, reason, reason_code, rule_id, enforced, agent_mode, \
              floor_detectors, created_at";
 
+        async fn insert_retrieval_decision_in<'c, E>(exec: E, d: &RetrievalDecision) -> StoreResult<()>
+        where
+            E: sqlx::Executor<'c, Database = $db>,
+        {
+            sqlx::query(
+                "INSERT INTO retrieval_decisions (id, org_id, agent_id, operation, resource_type, resource_metadata, \
+                 query, surface, trust_tier, decision, would_decide, reason, reason_code, rule_id, enforced, agent_mode, \
+                 floor_detectors, created_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
+            )
+            .bind(d.id)
+            .bind(d.org.0)
+            .bind(&d.agent_id)
+            .bind(&d.operation)
+            .bind(&d.resource_type)
+            .bind(json_text(&d.resource_metadata))
+            .bind(&d.query)
+            .bind(&d.surface)
+            .bind(&d.trust_tier)
+            .bind(d.decision.as_str())
+            .bind(d.would_decide.map(|w| w.as_str()))
+            .bind(&d.reason)
+            .bind(d.reason_code.as_str())
+            .bind(d.rule_id)
+            .bind(d.enforced)
+            .bind(d.agent_mode.as_str())
+            .bind(json_text(&d.floor_detectors))
+            .bind(d.created_at)
+            .execute(exec)
+            .await
+            .map_err(map_err)?;
+            Ok(())
+        }
+
         async fn rule_in<'c, E>(exec: E, org: OrgId, id: RuleId) -> StoreResult<Option<Rule>>
         where
             E: sqlx::Executor<'c, Database = $db>,
@@ -607,6 +641,15 @@ macro_rules! store_impl {
             }
 
             async fn ensure_settings(&self, org: OrgId, now: DateTime<Utc>) -> StoreResult<(Settings, bool)> {
+                // The common case reads only: the row exists.
+                let existing: Option<SettingsRow> = sqlx::query_as("SELECT id, doc, created_at, updated_at FROM settings WHERE org_id = $1")
+                    .bind(org.0)
+                    .fetch_optional(&self.pool)
+                    .await
+                    .map_err(map_err)?;
+                if let Some(row) = existing {
+                    return Ok((Settings::try_from(row)?, false));
+                }
                 let inserted = sqlx::query(
                     "INSERT INTO settings (org_id, id, doc, created_at, updated_at) VALUES ($1, $2, $3, $4, $4) \
                      ON CONFLICT (org_id) DO NOTHING",
@@ -755,33 +798,21 @@ macro_rules! store_impl {
             }
 
             async fn insert_retrieval_decision(&self, d: &RetrievalDecision) -> StoreResult<()> {
-                sqlx::query(
-                    "INSERT INTO retrieval_decisions (id, org_id, agent_id, operation, resource_type, resource_metadata, \
-                     query, surface, trust_tier, decision, would_decide, reason, reason_code, rule_id, enforced, agent_mode, \
-                     floor_detectors, created_at) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
-                )
-                .bind(d.id)
-                .bind(d.org.0)
-                .bind(&d.agent_id)
-                .bind(&d.operation)
-                .bind(&d.resource_type)
-                .bind(json_text(&d.resource_metadata))
-                .bind(&d.query)
-                .bind(&d.surface)
-                .bind(&d.trust_tier)
-                .bind(d.decision.as_str())
-                .bind(d.would_decide.map(|w| w.as_str()))
-                .bind(&d.reason)
-                .bind(d.reason_code.as_str())
-                .bind(d.rule_id)
-                .bind(d.enforced)
-                .bind(d.agent_mode.as_str())
-                .bind(json_text(&d.floor_detectors))
-                .bind(d.created_at)
-                .execute(&self.pool)
-                .await
-                .map_err(map_err)?;
+                insert_retrieval_decision_in(&self.pool, d).await
+            }
+
+            async fn insert_decisions(&self, actions: &[(ActionDecision, Option<HitlItem>)], retrievals: &[RetrievalDecision]) -> StoreResult<()> {
+                let mut tx = self.pool.begin().await.map_err(map_err)?;
+                for (d, gate) in actions {
+                    insert_action_decision_in(&mut *tx, d, false).await?;
+                    if let Some(g) = gate {
+                        insert_hitl_in(&mut *tx, g).await?;
+                    }
+                }
+                for d in retrievals {
+                    insert_retrieval_decision_in(&mut *tx, d).await?;
+                }
+                tx.commit().await.map_err(map_err)?;
                 Ok(())
             }
 

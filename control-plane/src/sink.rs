@@ -1,0 +1,125 @@
+//! Where decisions go once made: stored durably, then recorded.
+//!
+//! Writes are group-committed: concurrent decisions queue for one writer
+//! task, which stores everything waiting (up to [`MAX_BATCH`]) in one
+//! transaction, then answers each request. A decision's response is sent
+//! only after its row is committed; batching only amortizes the commit.
+
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, oneshot};
+
+use crate::error::ApiError;
+use crate::record::Recorder;
+use crate::store::{ActionDecision, HitlItem, RetrievalDecision, Store, StoreError};
+
+/// Most decisions one commit carries.
+pub const MAX_BATCH: usize = 256;
+
+/// One decision waiting to be stored.
+enum Row {
+    Action(ActionDecision, Option<HitlItem>),
+    Retrieval(RetrievalDecision),
+}
+
+struct Job {
+    row: Row,
+    done: oneshot::Sender<Result<(), String>>,
+}
+
+/// The decision sink of a server.
+pub struct DecisionSink {
+    queue: mpsc::Sender<Job>,
+    recorder: Arc<dyn Recorder>,
+}
+
+impl std::fmt::Debug for DecisionSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DecisionSink").finish_non_exhaustive()
+    }
+}
+
+impl DecisionSink {
+    /// Starts the writer task for `store`.
+    pub fn start(store: Arc<dyn Store>, recorder: Arc<dyn Recorder>) -> DecisionSink {
+        let (queue, rx) = mpsc::channel(MAX_BATCH * 16);
+        tokio::spawn(write_loop(store, rx));
+        DecisionSink { queue, recorder }
+    }
+
+    /// Stores an action decision (with its approval gate, if any) and
+    /// records it.
+    pub async fn action(
+        &self,
+        row: ActionDecision,
+        gate: Option<HitlItem>,
+    ) -> Result<(), ApiError> {
+        self.store(Row::Action(row.clone(), gate)).await?;
+        self.recorder.action(&row);
+        Ok(())
+    }
+
+    /// Stores a retrieval decision and records it.
+    pub async fn retrieval(&self, row: RetrievalDecision) -> Result<(), ApiError> {
+        self.store(Row::Retrieval(row.clone())).await?;
+        self.recorder.retrieval(&row);
+        Ok(())
+    }
+
+    async fn store(&self, row: Row) -> Result<(), ApiError> {
+        let (done, wait) = oneshot::channel();
+        self.queue
+            .send(Job { row, done })
+            .await
+            .map_err(|_| ApiError::Internal("the decision writer stopped".into()))?;
+        wait.await
+            .map_err(|_| ApiError::Internal("the decision writer stopped".into()))?
+            .map_err(ApiError::Internal)
+    }
+}
+
+async fn write_loop(store: Arc<dyn Store>, mut rx: mpsc::Receiver<Job>) {
+    while let Some(first) = rx.recv().await {
+        let mut jobs = vec![first];
+        while jobs.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(job) => jobs.push(job),
+                Err(_) => break,
+            }
+        }
+        let rows: Vec<&Row> = jobs.iter().map(|j| &j.row).collect();
+        match write(store.as_ref(), &rows).await {
+            Ok(()) => {
+                for job in jobs {
+                    let _ = job.done.send(Ok(()));
+                }
+            }
+            // One bad row must not fail its neighbours: write them one by one.
+            Err(_) if jobs.len() > 1 => {
+                for job in jobs {
+                    let result = write(store.as_ref(), &[&job.row])
+                        .await
+                        .map_err(|e| e.to_string());
+                    let _ = job.done.send(result);
+                }
+            }
+            Err(e) => {
+                for job in jobs {
+                    let _ = job.done.send(Err(e.to_string()));
+                }
+            }
+        }
+    }
+}
+
+async fn write(store: &dyn Store, rows: &[&Row]) -> Result<(), StoreError> {
+    let mut actions = Vec::new();
+    let mut retrievals = Vec::new();
+    for row in rows {
+        match row {
+            Row::Action(d, gate) => actions.push((d.clone(), gate.clone())),
+            Row::Retrieval(d) => retrievals.push(d.clone()),
+        }
+    }
+    store.insert_decisions(&actions, &retrievals).await
+}
