@@ -18,8 +18,8 @@ pub const MAX_BATCH: usize = 256;
 
 /// One decision waiting to be stored.
 enum Row {
-    Action(ActionDecision, Option<HitlItem>),
-    Retrieval(RetrievalDecision),
+    Action(Box<(ActionDecision, Option<HitlItem>)>),
+    Retrieval(Box<RetrievalDecision>),
 }
 
 struct Job {
@@ -54,14 +54,15 @@ impl DecisionSink {
         row: ActionDecision,
         gate: Option<HitlItem>,
     ) -> Result<(), ApiError> {
-        self.store(Row::Action(row.clone(), gate)).await?;
+        self.store(Row::Action(Box::new((row.clone(), gate))))
+            .await?;
         self.recorder.action(&row);
         Ok(())
     }
 
     /// Stores a retrieval decision and records it.
     pub async fn retrieval(&self, row: RetrievalDecision) -> Result<(), ApiError> {
-        self.store(Row::Retrieval(row.clone())).await?;
+        self.store(Row::Retrieval(Box::new(row.clone()))).await?;
         self.recorder.retrieval(&row);
         Ok(())
     }
@@ -117,8 +118,8 @@ async fn write(store: &dyn Store, rows: &[&Row]) -> Result<(), StoreError> {
     let mut retrievals = Vec::new();
     for row in rows {
         match row {
-            Row::Action(d, gate) => actions.push((d.clone(), gate.clone())),
-            Row::Retrieval(d) => retrievals.push(d.clone()),
+            Row::Action(pair) => actions.push(pair.as_ref().clone()),
+            Row::Retrieval(d) => retrievals.push(d.as_ref().clone()),
         }
     }
     store.insert_decisions(&actions, &retrievals).await
