@@ -36,6 +36,7 @@ pub mod idempotency;
 pub mod keys;
 pub mod limit;
 pub mod metrics;
+pub mod notify;
 pub mod openapi;
 pub mod record;
 pub mod routes;

@@ -31,6 +31,7 @@ struct Job {
 pub struct DecisionSink {
     queue: mpsc::Sender<Job>,
     recorder: Arc<dyn Recorder>,
+    notifier: crate::notify::Notifier,
 }
 
 impl std::fmt::Debug for DecisionSink {
@@ -43,8 +44,13 @@ impl DecisionSink {
     /// Starts the writer task for `store`.
     pub fn start(store: Arc<dyn Store>, recorder: Arc<dyn Recorder>) -> DecisionSink {
         let (queue, rx) = mpsc::channel(MAX_BATCH * 16);
+        let notifier = crate::notify::Notifier::new(store.clone());
         tokio::spawn(write_loop(store, rx));
-        DecisionSink { queue, recorder }
+        DecisionSink {
+            queue,
+            recorder,
+            notifier,
+        }
     }
 
     /// Stores an action decision (with its approval gate, if any) and
@@ -54,9 +60,13 @@ impl DecisionSink {
         row: ActionDecision,
         gate: Option<HitlItem>,
     ) -> Result<(), ApiError> {
-        self.store(Row::Action(Box::new((row.clone(), gate))))
+        self.store(Row::Action(Box::new((row.clone(), gate.clone()))))
             .await?;
         self.recorder.action(&row);
+        if let Some(item) = gate {
+            // Approvers hear of the gate once it is stored.
+            self.notifier.announce(item);
+        }
         Ok(())
     }
 

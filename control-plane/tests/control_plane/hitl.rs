@@ -405,5 +405,65 @@ async fn monitor_and_disabled_gates_open_nothing(backend: Backend) {
 both_backends!(
     approve_and_reject,
     lapsed_gates_time_out_and_gaps_take_their_own_answers,
-    monitor_and_disabled_gates_open_nothing
+    monitor_and_disabled_gates_open_nothing,
+    gates_are_announced_on_webhooks
 );
+
+/// A webhook receiver of the test's own on 127.0.0.1 (the customer's
+/// endpoint): refuses the first delivery, so the retry is exercised.
+async fn webhook_receiver() -> (String, std::sync::Arc<std::sync::Mutex<Vec<Value>>>) {
+    use std::sync::{Arc, Mutex};
+    let seen: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let attempts = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (s, a) = (seen.clone(), attempts.clone());
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move |axum::Json(body): axum::Json<Value>| {
+            let (s, a) = (s.clone(), a.clone());
+            async move {
+                if a.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+                    return axum::http::StatusCode::SERVICE_UNAVAILABLE;
+                }
+                s.lock().unwrap().push(body);
+                axum::http::StatusCode::NO_CONTENT
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, seen)
+}
+
+async fn gates_are_announced_on_webhooks(backend: Backend) {
+    let srv = TestServer::start(backend).await;
+    let (admin, key) = setup(&srv).await;
+    let (url, seen) = webhook_receiver().await;
+    send(
+        &srv,
+        Method::PUT,
+        "/allow/settings",
+        &admin,
+        Some(json!({"notification_channels": [{"type": "webhook", "url": url}]})),
+    )
+    .await;
+    let d = gate(&srv, &key).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let item = loop {
+        let (_, queue) = send(&srv, Method::GET, "/allow/hitl/queue", &admin, None).await;
+        if queue["data"][0]["notified_via"] == json!(["webhook"]) {
+            break queue["data"][0].clone();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not announced: {queue}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    let bodies = seen.lock().unwrap().clone();
+    assert_eq!(bodies.len(), 1, "one delivery after one refused attempt");
+    assert_eq!(bodies[0]["type"], "approval_required");
+    assert_eq!(bodies[0]["item"]["decision_id"], d["decision_id"]);
+    assert_eq!(bodies[0]["item"]["id"], item["id"]);
+    srv.stop().await;
+}
