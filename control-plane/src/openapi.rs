@@ -21,7 +21,7 @@ use crate::api::{
         settings::get, settings::put,
         bundles::unified, bundles::action, bundles::retrieval,
         evaluate::unified, evaluate::allow, evaluate::recall,
-        hitl::decision, hitl::queue, hitl::respond,
+        hitl::decision, hitl::queue, hitl::respond, hitl::escalate,
         telemetry::telemetry, telemetry::execution,
         audit::allow, audit::recall,
         stream::stream,

@@ -294,6 +294,14 @@ fn table() -> Vec<(RouteDef, MethodRouter<AppState>)> {
         (
             def(
                 "POST",
+                "/allow/hitl/queue",
+                Some(management(&[P::AllowHitlRespond])),
+            ),
+            post(hitl::escalate),
+        ),
+        (
+            def(
+                "POST",
                 "/allow/hitl/queue/{id}",
                 Some(management(&[P::AllowHitlRespond])),
             ),

@@ -257,7 +257,7 @@ pub async fn respond(
     let mut issues = Issues::default();
     issues.length_opt("responded_by", body.responded_by.as_deref(), 1, 255);
     issues.length_opt("note", body.note.as_deref(), 0, 2000);
-    let (status, resolution) = if item.category == "enduser" {
+    let (status, resolution) = if item.category == "enduser" || item.category == "escalation" {
         if body.dismiss.is_some() || body.rule_id.is_some() || body.note.is_some() {
             issues.push(
                 "",
@@ -319,4 +319,110 @@ pub async fn respond(
     }
     let item = store.hitl(org, id).await?.ok_or(ApiError::NotFound)?;
     Ok(Json(item.into()))
+}
+
+/// `POST /allow/hitl/queue`: a retrieval `escalate` a sidecar resolved
+/// locally, for a human to review.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Escalation {
+    /// A known agent (404 otherwise).
+    pub agent_id: Option<String>,
+    /// `retrieve` (default), `tool_call` or `prompt_render`.
+    pub operation: Option<String>,
+    pub resource_type: Option<String>,
+    /// Masked at rest.
+    pub resource_metadata: Option<Value>,
+    /// Masked at rest; at most 2000.
+    pub query: Option<String>,
+    /// At most 2000.
+    pub reason: Option<String>,
+    /// The rule that escalated.
+    pub rule_id: Option<uuid::Uuid>,
+}
+
+#[utoipa::path(post, path = "/allow/hitl/queue", tag = "approvals", request_body = Escalation,
+    responses((status = 201, body = HitlView), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn escalate(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiJson(body): ApiJson<Escalation>,
+) -> Result<(axum::http::StatusCode, Json<HitlView>), ApiError> {
+    let mut issues = Issues::default();
+    let agent_id = body.agent_id.unwrap_or_default();
+    issues.length("agent_id", &agent_id, 1, 255);
+    let resource_type = body.resource_type.unwrap_or_else(|| "document".into());
+    issues.length("resource_type", &resource_type, 1, 255);
+    let operation = body.operation.unwrap_or_else(|| "retrieve".into());
+    if !["retrieve", "tool_call", "prompt_render"].contains(&operation.as_str()) {
+        issues.push("operation", "must be retrieve, tool_call or prompt_render");
+    }
+    issues.length_opt("query", body.query.as_deref(), 0, 2000);
+    issues.length_opt("reason", body.reason.as_deref(), 0, 2000);
+    let metadata = match body.resource_metadata {
+        None | Some(Value::Null) => Value::Object(Default::default()),
+        Some(v @ Value::Object(_)) => v,
+        Some(_) => {
+            issues.push("resource_metadata", "must be an object");
+            Value::Null
+        }
+    };
+    issues.into_result(DetailsShape::RawIssues)?;
+    let (store, org, now) = (state.store.as_ref(), caller.key.org, Utc::now());
+    let agent = store
+        .agent_by_agent_id(org, &agent_id)
+        .await?
+        .ok_or(ApiError::NotFound)?;
+    let (metadata, mut detectors) = crate::evaluate::mask_at_rest(metadata, None);
+    let query = body.query.as_deref().map(|q| {
+        let mut report = warden_engine::redact::floor::FloorReport::default();
+        let masked =
+            warden_engine::redact::floor::apply_str(q, &mut report).unwrap_or_else(|| q.to_owned());
+        detectors.extend(report.names().into_iter().map(str::to_owned));
+        masked
+    });
+    let decision = crate::store::RetrievalDecision {
+        id: uuid::Uuid::new_v4(),
+        org,
+        agent_id: agent.agent_id.clone(),
+        operation: operation.clone(),
+        resource_type: resource_type.clone(),
+        resource_metadata: metadata.clone(),
+        query,
+        surface: None,
+        trust_tier: agent.doc.trust_tier.clone(),
+        decision: warden_engine::model::Decision::Escalate,
+        would_decide: None,
+        reason: body
+            .reason
+            .unwrap_or_else(|| "escalated for review by the sidecar".into()),
+        reason_code: warden_engine::model::ReasonCode::PolicyDeny,
+        rule_id: body.rule_id,
+        enforced: true,
+        agent_mode: warden_engine::model::AgentMode::Enforce,
+        floor_detectors: detectors,
+        created_at: now,
+    };
+    let item = HitlItem {
+        id: uuid::Uuid::new_v4(),
+        org,
+        decision_id: Some(decision.id),
+        agent_id: agent.agent_id,
+        target_app: resource_type,
+        action: operation,
+        context: metadata,
+        category: "escalation".into(),
+        status: "pending".into(),
+        ai_recommended_rule: None,
+        notified_via: Vec::new(),
+        resolution: None,
+        dedupe_key: None,
+        expires_at: None,
+        responded_at: None,
+        responded_by: None,
+        created_at: now,
+    };
+    store.insert_retrieval_with_hitl(&decision, &item).await?;
+    Ok((axum::http::StatusCode::CREATED, Json(item.into())))
 }

@@ -605,6 +605,13 @@ pub trait Store: Send + Sync + 'static {
     /// Stores a retrieval decision.
     async fn insert_retrieval_decision(&self, d: &RetrievalDecision) -> StoreResult<()>;
 
+    /// Stores a retrieval decision and its escalation item together.
+    async fn insert_retrieval_with_hitl(
+        &self,
+        d: &RetrievalDecision,
+        item: &HitlItem,
+    ) -> StoreResult<()>;
+
     /// Stores many decisions (and the approval gates of some) in one
     /// transaction: the group commit of the decision sink.
     async fn insert_decisions(

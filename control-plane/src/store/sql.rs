@@ -801,6 +801,14 @@ macro_rules! store_impl {
                 insert_retrieval_decision_in(&self.pool, d).await
             }
 
+            async fn insert_retrieval_with_hitl(&self, d: &RetrievalDecision, item: &HitlItem) -> StoreResult<()> {
+                let mut tx = self.pool.begin().await.map_err(map_err)?;
+                insert_retrieval_decision_in(&mut *tx, d).await?;
+                insert_hitl_in(&mut *tx, item).await?;
+                tx.commit().await.map_err(map_err)?;
+                Ok(())
+            }
+
             async fn insert_decisions(&self, actions: &[(ActionDecision, Option<HitlItem>)], retrievals: &[RetrievalDecision]) -> StoreResult<()> {
                 let mut tx = self.pool.begin().await.map_err(map_err)?;
                 for (d, gate) in actions {

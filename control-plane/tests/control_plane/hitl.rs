@@ -406,7 +406,8 @@ both_backends!(
     approve_and_reject,
     lapsed_gates_time_out_and_gaps_take_their_own_answers,
     monitor_and_disabled_gates_open_nothing,
-    gates_are_announced_on_webhooks
+    gates_are_announced_on_webhooks,
+    local_escalations_join_the_queue
 );
 
 /// A webhook receiver of the test's own on 127.0.0.1 (the customer's
@@ -465,5 +466,70 @@ async fn gates_are_announced_on_webhooks(backend: Backend) {
     assert_eq!(bodies[0]["type"], "approval_required");
     assert_eq!(bodies[0]["item"]["decision_id"], d["decision_id"]);
     assert_eq!(bodies[0]["item"]["id"], item["id"]);
+    srv.stop().await;
+}
+
+async fn local_escalations_join_the_queue(backend: Backend) {
+    let srv = TestServer::start(backend).await;
+    let (admin, _) = setup(&srv).await;
+    let body = json!({"agent_id": "payer", "resource_type": "hr_record", "operation": "retrieve",
+        "resource_metadata": {"owner": "ana@example.com"}, "reason": "rule R-0002 escalated"});
+    let (s, item) = send(
+        &srv,
+        Method::POST,
+        "/allow/hitl/queue",
+        &admin,
+        Some(body.clone()),
+    )
+    .await;
+    assert_eq!(s, 201, "{item}");
+    assert_eq!(
+        (item["category"].as_str(), item["status"].as_str()),
+        (Some("escalation"), Some("pending"))
+    );
+    assert!(
+        !item["context"].to_string().contains("ana@example.com"),
+        "masked at rest"
+    );
+    // Its retrieval decision was written with it.
+    let (_, log) = send(
+        &srv,
+        Method::GET,
+        "/v1/recall/audit-log?decision=escalate",
+        &admin,
+        None,
+    )
+    .await;
+    assert_eq!(log["total"], 1);
+    assert_eq!(log["data"][0]["id"], item["decision_id"]);
+    let (s, done) = send(
+        &srv,
+        Method::POST,
+        &format!("/allow/hitl/queue/{}", item["id"].as_str().unwrap()),
+        &admin,
+        Some(json!({"decision": "rejected"})),
+    )
+    .await;
+    assert_eq!((s, done["status"].as_str()), (200, Some("rejected")));
+    let mut unknown = body.clone();
+    unknown["agent_id"] = json!("nobody");
+    let (s, b) = send(
+        &srv,
+        Method::POST,
+        "/allow/hitl/queue",
+        &admin,
+        Some(unknown),
+    )
+    .await;
+    assert_envelope(s, &b, 404, "not_found");
+    let (s, b) = send(
+        &srv,
+        Method::POST,
+        "/allow/hitl/queue",
+        &admin,
+        Some(json!({"agent_id": "payer", "operation": "browse"})),
+    )
+    .await;
+    assert_envelope(s, &b, 400, "invalid_request");
     srv.stop().await;
 }
