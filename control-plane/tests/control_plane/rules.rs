@@ -336,9 +336,33 @@ async fn emergency_bypass(backend: Backend) {
     )
     .await;
     assert_envelope(s, &b, 409, "conflict");
+    // While active, a request reaching the rule is allowed with EMERGENCY_BYPASS.
+    send(
+        &srv,
+        Method::PUT,
+        "/allow/settings",
+        &admin,
+        Some(json!({"default_agent_mode": "enforce"})),
+    )
+    .await;
+    let hr = json!({"agent_id": "reader", "operation": "retrieve", "resource_type": "hr_record"});
+    let (_, d) = send(
+        &srv,
+        Method::POST,
+        "/recall/evaluate",
+        &admin,
+        Some(hr.clone()),
+    )
+    .await;
+    assert_eq!(
+        (d["decision"].as_str(), d["reason_code"].as_str()),
+        (Some("allow"), Some("EMERGENCY_BYPASS"))
+    );
 
     let (s, off) = send(&srv, Method::DELETE, &path, &admin, None).await;
     assert_eq!(s, 200);
+    let (_, d) = send(&srv, Method::POST, "/recall/evaluate", &admin, Some(hr)).await;
+    assert_eq!(d["decision"], "redact", "the rule enforces again");
     assert_eq!(
         (off["bypass_active"].as_bool(), off["bypass_reason"].clone()),
         (Some(false), Value::Null)

@@ -111,7 +111,22 @@ async fn snapshot_changes_and_pings(backend: Backend) {
     let (name, _) = events.next(Duration::from_secs(3)).await;
     assert_eq!(name, "ping", "heartbeat at the configured period");
 
-    // The agent's own change, seen within a second.
+    // Monitor → enforce: seen on the stream within a second, and the next
+    // decision enforces.
+    send(&srv, Method::POST, "/allow/rules", &admin, Some(json!({"name": "no deletes", "rego_source": "package r\ndecision := \"deny\" if startswith(input.action, \"delete_\")"}))).await;
+    let eval = json!({"agent_id": "bot", "target_app": "github", "action": "delete_repo"});
+    let (_, before) = send(
+        &srv,
+        Method::POST,
+        "/allow/evaluate",
+        &key,
+        Some(eval.clone()),
+    )
+    .await;
+    assert_eq!(
+        (before["decision"].as_str(), before["would_decide"].as_str()),
+        (Some("permit"), Some("deny"))
+    );
     send(
         &srv,
         Method::PUT,
@@ -124,6 +139,8 @@ async fn snapshot_changes_and_pings(backend: Backend) {
         events.next_change(SECOND).await,
         ("mode_changed".into(), json!({"agent_mode": "enforce"}))
     );
+    let (_, after) = send(&srv, Method::POST, "/allow/evaluate", &key, Some(eval)).await;
+    assert_eq!(after["decision"], "deny");
     // Back to inheriting, then the organization default moves it.
     send(
         &srv,
