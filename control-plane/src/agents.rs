@@ -3,7 +3,7 @@
 //! resolution against the organization's default.
 
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Deserializer};
+use serde::Deserialize;
 use utoipa::ToSchema;
 use warden_engine::model::{
     AgentAttributes, AgentMode, AgentNoCoverage, BusinessFunction, Facet, ModeByOperation,
@@ -16,13 +16,6 @@ use crate::extract::{DetailsShape, Issues};
 use crate::keys::{self, Expiry, Issued, KeySpec};
 use crate::store::{Agent, AgentDoc, ApiKey, OrgId, Store, StoreError};
 
-/// `Some(None)` for an explicit `null`, `None` when absent.
-fn nullable<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
-    d: D,
-) -> Result<Option<Option<T>>, D::Error> {
-    Option::<T>::deserialize(d).map(Some)
-}
-
 /// The fields an operator sets (`POST` and `PUT /allow/agents`).
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -33,35 +26,35 @@ pub struct AgentBody {
     /// 1-255 characters; setting it pins it against AI naming.
     #[serde(default)]
     pub name: Option<String>,
-    #[serde(default, deserialize_with = "nullable")]
+    #[serde(default, deserialize_with = "crate::extract::nullable")]
     #[schema(value_type = Option<String>)]
     pub description: Option<Option<String>>,
     /// `enforce`, `monitor`, `off`; `null` (or absent on create) inherits
     /// the organization's `default_agent_mode`.
-    #[serde(default, deserialize_with = "nullable")]
+    #[serde(default, deserialize_with = "crate::extract::nullable")]
     #[schema(value_type = Option<String>)]
     pub mode: Option<Option<AgentMode>>,
     /// Per-operation overrides, e.g. `{"retrieval": "enforce"}`.
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
     pub mode_by_operation: Option<ModeByOperation>,
-    #[serde(default, deserialize_with = "nullable")]
+    #[serde(default, deserialize_with = "crate::extract::nullable")]
     #[schema(value_type = Option<String>)]
     pub owner_email: Option<Option<String>>,
-    #[serde(default, deserialize_with = "nullable")]
+    #[serde(default, deserialize_with = "crate::extract::nullable")]
     #[schema(value_type = Option<String>)]
     pub hitl_pathway: Option<Option<String>>,
-    #[serde(default, deserialize_with = "nullable")]
+    #[serde(default, deserialize_with = "crate::extract::nullable")]
     #[schema(value_type = Option<String>)]
     pub trust_tier: Option<Option<String>>,
     #[serde(default)]
     pub categories: Option<Vec<String>>,
     /// `open`, `closed` or `null`.
-    #[serde(default, deserialize_with = "nullable")]
+    #[serde(default, deserialize_with = "crate::extract::nullable")]
     #[schema(value_type = Option<String>)]
     pub no_coverage: Option<Option<AgentNoCoverage>>,
     /// Setting it pins it against AI classification; `null` clears it.
-    #[serde(default, deserialize_with = "nullable")]
+    #[serde(default, deserialize_with = "crate::extract::nullable")]
     #[schema(value_type = Option<String>)]
     pub business_function: Option<Option<BusinessFunction>>,
     /// `POST` only: a custom agent key (16-256 visible characters);

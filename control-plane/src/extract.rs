@@ -12,6 +12,14 @@ use uuid::Uuid;
 use crate::error::ApiError;
 use crate::store::{KeyId, Page};
 
+/// For `Option<Option<T>>` body fields: `Some(None)` for an explicit
+/// `null` (clear the field), `None` when absent (leave it alone).
+pub fn nullable<'de, D: serde::Deserializer<'de>, T: serde::Deserialize<'de>>(
+    d: D,
+) -> Result<Option<Option<T>>, D::Error> {
+    <Option<T> as serde::Deserialize>::deserialize(d).map(Some)
+}
+
 /// A JSON body. Unparseable JSON is `400 Invalid JSON body`; JSON of the
 /// wrong shape is `400 Invalid request body` with the offending path in
 /// `details`; a body over the limit is `413`. An empty body reads as `{}`.

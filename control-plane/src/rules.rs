@@ -3,7 +3,7 @@
 //! engine, and the emergency bypass (3.6).
 
 use chrono::{DateTime, TimeDelta, Utc};
-use serde::{Deserialize, Deserializer};
+use serde::Deserialize;
 use serde_json::json;
 use utoipa::ToSchema;
 use warden_engine::Policy;
@@ -43,13 +43,6 @@ impl Surface {
     }
 }
 
-/// `Some(None)` for an explicit `null`, `None` when absent.
-fn nullable<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
-    d: D,
-) -> Result<Option<Option<T>>, D::Error> {
-    Option::<T>::deserialize(d).map(Some)
-}
-
 /// The body of `POST` and `PUT` on every rule surface. On `POST` the
 /// required fields are checked by [`create`]; on `PUT` everything is
 /// optional, at least one field required, and `null` clears a nullable field.
@@ -62,13 +55,13 @@ pub struct RuleBody {
     /// 1-255 characters, unique in the organization.
     #[serde(default)]
     pub name: Option<String>,
-    #[serde(default, deserialize_with = "nullable")]
+    #[serde(default, deserialize_with = "crate::extract::nullable")]
     #[schema(value_type = Option<String>)]
     pub description: Option<Option<String>>,
     /// 1-100,000 characters of the rule dialect.
     #[serde(default)]
     pub rego_source: Option<String>,
-    #[serde(default, deserialize_with = "nullable")]
+    #[serde(default, deserialize_with = "crate::extract::nullable")]
     #[schema(value_type = Option<String>)]
     pub natural_language: Option<Option<String>>,
     /// Default 0; higher runs first.
@@ -77,20 +70,20 @@ pub struct RuleBody {
     /// Default true.
     #[serde(default)]
     pub enabled: Option<bool>,
-    #[serde(default, deserialize_with = "nullable")]
+    #[serde(default, deserialize_with = "crate::extract::nullable")]
     #[schema(value_type = Option<String>)]
     pub target_app: Option<Option<String>>,
-    #[serde(default, deserialize_with = "nullable")]
+    #[serde(default, deserialize_with = "crate::extract::nullable")]
     #[schema(value_type = Option<String>)]
     pub action_pattern: Option<Option<String>>,
     /// `tier1` (highest trust), `tier2`, …
-    #[serde(default, deserialize_with = "nullable")]
+    #[serde(default, deserialize_with = "crate::extract::nullable")]
     #[schema(value_type = Option<String>)]
     pub trust_tier: Option<Option<String>>,
-    #[serde(default, deserialize_with = "nullable")]
+    #[serde(default, deserialize_with = "crate::extract::nullable")]
     #[schema(value_type = Option<String>)]
     pub surface: Option<Option<String>>,
-    #[serde(default, deserialize_with = "nullable")]
+    #[serde(default, deserialize_with = "crate::extract::nullable")]
     #[schema(value_type = Option<Vec<String>>)]
     pub principal_exclusions: Option<Option<Vec<String>>>,
 }
