@@ -33,7 +33,8 @@ pub struct ActionEvaluation {
     pub action: Option<String>,
     /// The action's arguments (an object; default `{}`).
     pub context: Option<Value>,
-    /// Opaque; attached to the decision's record.
+    /// Opaque. Accepted; not stored yet: the audit-trail issue attaches it
+    /// to the decision's record envelope.
     pub telemetry: Option<Value>,
 }
 
@@ -83,6 +84,7 @@ pub struct RetrievalEvaluation {
     pub surface: Option<String>,
     /// At most 2000.
     pub query: Option<String>,
+    /// Opaque. Accepted; not stored yet (see `ActionEvaluation::telemetry`).
     pub telemetry: Option<Value>,
 }
 
@@ -120,6 +122,7 @@ pub struct UnifiedEvaluation {
     pub trust_tier: Option<String>,
     pub surface: Option<String>,
     pub query: Option<String>,
+    /// Opaque. Accepted; not stored yet (see `ActionEvaluation::telemetry`).
     pub telemetry: Option<Value>,
 }
 
