@@ -8,6 +8,7 @@ mod postgres;
 mod rows;
 mod sql;
 mod sqlite;
+mod statements;
 
 use std::sync::Arc;
 

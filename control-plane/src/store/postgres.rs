@@ -19,7 +19,7 @@ impl PostgresStore {
             .acquire_timeout(Duration::from_secs(5))
             .connect(url)
             .await
-            .map_err(super::sql::map_err)?;
+            .map_err(super::statements::map_err)?;
         sqlx::migrate!("migrations/postgres").run(&pool).await?;
         Ok(PostgresStore { pool })
     }
@@ -36,7 +36,7 @@ impl PostgresStore {
             .bind(event.payload())
             .execute(&self.pool)
             .await
-            .map_err(super::sql::map_err)?;
+            .map_err(super::statements::map_err)?;
         Ok(())
     }
 
@@ -77,6 +77,8 @@ impl PostgresStore {
         });
     }
 }
+
+super::statements::statements!(sqlx::Postgres);
 
 super::sql::store_impl!(PostgresStore, sqlx::Postgres, {
     async fn announce_mode(&self, event: &super::ModeEvent) -> StoreResult<bool> {

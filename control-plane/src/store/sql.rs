@@ -1,340 +1,12 @@
-//! The queries, written once in the SQL both backends accept (`$n`
+//! The store's methods, written once in the SQL both backends accept (`$n`
 //! placeholders, `ON CONFLICT`, `RETURNING`), and implemented for each
-//! backend's pool by `store_impl!`. A backend's own concerns (connection
-//! options, migrations, notifications) stay in its module.
-
-/// Columns of `api_keys`, in `KeyRow`'s order.
-pub(super) const KEY_COLUMNS: &str = "id, org_id, name, key_hash, display, audience, environment, \
-     permissions, scopes, agent_id, created_by, created_at, expires_at, revoked_at, replaced_by, \
-     last_used_at";
-
-/// The columns a rule's author sets, bound as `$1`..`$13` by `bind_rule_fields`.
-pub(super) const RULE_FIELDS: &str = "name, description, natural_language, rego_source, effect, priority, enabled, \
-     applies_to, target_app, action_pattern, trust_tier, surface, principal_exclusions";
-
-/// Columns of `rules`, in `RuleRow`'s order; `{source}` is `rego_source`
-/// or a NULL for lists.
-pub(super) fn rule_columns(with_source: bool) -> String {
-    format!(
-        "id, rule_code, name, description, natural_language, {}, effect, priority, enabled, \
-         applies_to, target_app, action_pattern, trust_tier, surface, principal_exclusions, \
-         bypass_active, bypass_reason, bypass_activated_by, bypass_activated_at, bypass_expires_at, \
-         created_at, updated_at",
-        if with_source {
-            "rego_source"
-        } else {
-            "CAST(NULL AS TEXT) AS rego_source"
-        }
-    )
-}
-
-/// `applies_to` as stored: a JSON array of facet names.
-pub(super) fn facets_json(facets: &[warden_engine::model::Facet]) -> String {
-    serde_json::to_string(&facets.iter().map(|f| f.as_str()).collect::<Vec<_>>())
-        .unwrap_or_else(|_| "[]".into())
-}
-
-/// A value bound into a filter.
-pub(super) enum FilterValue {
-    Text(String),
-    Time(chrono::DateTime<chrono::Utc>),
-}
-
-/// `WHERE` clauses of an audit-log read, with their values in `$n` order
-/// after `$1` (the organization).
-pub(super) fn audit_where(f: &super::AuditFilter, action_log: bool) -> (String, Vec<FilterValue>) {
-    let mut clauses = vec!["org_id = $1".to_owned()];
-    let mut values = Vec::new();
-    let text = |col: &str,
-                v: &Option<String>,
-                clauses: &mut Vec<String>,
-                values: &mut Vec<FilterValue>| {
-        if let Some(v) = v {
-            values.push(FilterValue::Text(v.clone()));
-            clauses.push(format!("{col} = ${}", values.len() + 1));
-        }
-    };
-    text("agent_id", &f.agent_id, &mut clauses, &mut values);
-    text("decision", &f.decision, &mut clauses, &mut values);
-    if action_log {
-        text("target_app", &f.target_app, &mut clauses, &mut values);
-        text("hitl_result", &f.hitl_result, &mut clauses, &mut values);
-    } else {
-        text("operation", &f.operation, &mut clauses, &mut values);
-        text("reason_code", &f.reason_code, &mut clauses, &mut values);
-    }
-    for (op, t) in [(">=", f.start), ("<=", f.end)] {
-        if let Some(t) = t {
-            values.push(FilterValue::Time(t));
-            clauses.push(format!("created_at {op} ${}", values.len() + 1));
-        }
-    }
-    (clauses.join(" AND "), values)
-}
-
-/// Maps a driver error, turning unique violations into conflicts.
-pub(super) fn map_err(e: sqlx::Error) -> super::StoreError {
-    match &e {
-        sqlx::Error::Database(db) if db.is_unique_violation() => {
-            super::StoreError::Conflict(db.message().to_owned())
-        }
-        _ => super::StoreError::Database(e),
-    }
-}
+//! backend's pool by `store_impl!`, which expects `statements!` (the shared
+//! statements and imports) expanded before it in the same module. A
+//! backend's own concerns (connection options, migrations, notifications)
+//! stay in its module.
 
 macro_rules! store_impl {
     ($store:ty, $db:ty $(, { $($extra:tt)* })?) => {
-        use async_trait::async_trait;
-        use chrono::{DateTime, Utc};
-        use uuid::Uuid;
-
-        use warden_engine::model::{Bypass, Facet, Rule};
-
-        use super::rows::{ActionDecisionRow, RetrievalDecisionRow, HitlRow, AgentRow, AuditRow, IdemRow, KeyRow, OrgRow, RuleRow, SettingsRow, names};
-        use super::sql::{FilterValue, audit_where, KEY_COLUMNS, RULE_FIELDS, facets_json, map_err, rule_columns};
-        use super::{
-            ApiKey, AuditEntry, IdemClaim, IdemKey, IdemRecord, KeyId, NewKey, OrgId, Organization,
-            Page, Retire, RuleId, Store, StoreResult, Settings, SettingsDoc, Agent, AgentDoc, ActionDecision,
-            RetrievalDecision, HitlItem, AuditFilter,
-        };
-
-        async fn insert_key<'c, E>(exec: E, key: &NewKey, now: DateTime<Utc>) -> StoreResult<ApiKey>
-        where
-            E: sqlx::Executor<'c, Database = $db>,
-        {
-            let sql = format!(
-                "INSERT INTO api_keys ({KEY_COLUMNS}) VALUES \
-                 ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, NULL, NULL, NULL) \
-                 RETURNING {KEY_COLUMNS}"
-            );
-            let row: KeyRow = sqlx::query_as(&sql)
-                .bind(Uuid::new_v4())
-                .bind(key.org.0)
-                .bind(&key.name)
-                .bind(&key.hash)
-                .bind(&key.display)
-                .bind(key.audience.as_str())
-                .bind(key.environment.as_str())
-                .bind(names(&key.permissions, |p| p.as_str()))
-                .bind(names(&key.scopes, |s| s.as_str()))
-                .bind(&key.agent_id)
-                .bind(key.created_by.map(|k| k.0))
-                .bind(now)
-                .bind(key.expires_at)
-                .fetch_one(exec)
-                .await
-                .map_err(map_err)?;
-            ApiKey::try_from(row)
-        }
-
-        async fn insert_audit<'c, E>(exec: E, e: &AuditEntry) -> StoreResult<()>
-        where
-            E: sqlx::Executor<'c, Database = $db>,
-        {
-            sqlx::query(
-                "INSERT INTO audit_log (org_id, action, actor, target_type, target_id, details, at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
-            )
-            .bind(e.org.0)
-            .bind(&e.action)
-            .bind(e.actor.map(|k| k.0))
-            .bind(&e.target_type)
-            .bind(&e.target_id)
-            .bind(sqlx::types::Json(&e.details))
-            .bind(e.at)
-            .execute(exec)
-            .await
-            .map_err(map_err)?;
-            Ok(())
-        }
-
-        /// Binds the rule's own fields as `$1`..`$13`, in `RULE_FIELDS` order.
-        fn bind_rule_fields<'q>(
-            q: sqlx::query::Query<'q, $db, <$db as sqlx::Database>::Arguments<'q>>,
-            r: &'q Rule,
-        ) -> sqlx::query::Query<'q, $db, <$db as sqlx::Database>::Arguments<'q>> {
-            q.bind(&r.name)
-                .bind(&r.description)
-                .bind(&r.natural_language)
-                .bind(r.rego_source.as_deref().unwrap_or_default())
-                .bind(r.effect.as_str())
-                .bind(r.priority)
-                .bind(r.enabled)
-                .bind(facets_json(&r.applies_to))
-                .bind(&r.target_app)
-                .bind(&r.action_pattern)
-                .bind(&r.trust_tier)
-                .bind(&r.surface)
-                .bind(r.principal_exclusions.as_ref().map(sqlx::types::Json))
-        }
-
-        const AGENT_COLUMNS: &str = "id, org_id, agent_id, mode, doc, deleted_at, created_at, updated_at";
-
-        fn json_text<T: serde::Serialize>(v: &T) -> String {
-            serde_json::to_string(v).unwrap_or_else(|_| "null".into())
-        }
-
-        fn mode_text(m: Option<warden_engine::model::AgentMode>) -> Option<&'static str> {
-            m.map(|m| m.as_str())
-        }
-
-        /// Moves the organization's rules revision (inside the rule write's transaction).
-        async fn bump_revision<'c, E>(exec: E, org: OrgId) -> StoreResult<()>
-        where
-            E: sqlx::Executor<'c, Database = $db>,
-        {
-            sqlx::query(
-                "INSERT INTO counters (org_id, name, value) VALUES ($1, 'rules_revision', 1) \
-                 ON CONFLICT (org_id, name) DO UPDATE SET value = counters.value + 1",
-            )
-            .bind(org.0)
-            .execute(exec)
-            .await
-            .map_err(map_err)?;
-            Ok(())
-        }
-
-        const ACTION_DECISION_COLUMNS: &str = "id, org_id, agent_id, target_app, action, context, decision, would_decide, \
-             reason, reason_code, rule_id, rule_code, enforced, agent_mode, floor_detectors, source, hitl_result, \
-             hitl_responded_at, hitl_responded_by, execution_result, execution_completed_at, execution_details, created_at";
-
-        const HITL_COLUMNS: &str = "id, org_id, decision_id, agent_id, target_app, action, context, category, status, \
-             ai_recommended_rule, notified_via, resolution, dedupe_key, expires_at, responded_at, responded_by, created_at";
-
-        async fn insert_hitl_in<'c, E>(exec: E, i: &HitlItem) -> StoreResult<bool>
-        where
-            E: sqlx::Executor<'c, Database = $db>,
-        {
-            let sql = format!(
-                "INSERT INTO hitl_items ({HITL_COLUMNS}) VALUES \
-                 ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) ON CONFLICT DO NOTHING"
-            );
-            let done = sqlx::query(&sql)
-                .bind(i.id)
-                .bind(i.org.0)
-                .bind(i.decision_id)
-                .bind(&i.agent_id)
-                .bind(&i.target_app)
-                .bind(&i.action)
-                .bind(json_text(&i.context))
-                .bind(&i.category)
-                .bind(&i.status)
-                .bind(&i.ai_recommended_rule)
-                .bind(json_text(&i.notified_via))
-                .bind(&i.resolution)
-                .bind(&i.dedupe_key)
-                .bind(i.expires_at)
-                .bind(i.responded_at)
-                .bind(&i.responded_by)
-                .bind(i.created_at)
-                .execute(exec)
-                .await
-                .map_err(map_err)?;
-            Ok(done.rows_affected() == 1)
-        }
-
-        /// Inserts a decision; with `replay_ok`, an id already stored is left
-        /// alone (a re-sent telemetry item) instead of being an error.
-        async fn insert_action_decision_in<'c, E>(exec: E, d: &ActionDecision, replay_ok: bool) -> StoreResult<()>
-        where
-            E: sqlx::Executor<'c, Database = $db>,
-        {
-            let sql = format!(
-                "INSERT INTO action_decisions ({ACTION_DECISION_COLUMNS}) VALUES \
-                 ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23){}",
-                if replay_ok { " ON CONFLICT (id) DO NOTHING" } else { "" }
-            );
-            sqlx::query(&sql)
-                .bind(d.id)
-                .bind(d.org.0)
-                .bind(&d.agent_id)
-                .bind(&d.target_app)
-                .bind(&d.action)
-                .bind(json_text(&d.context))
-                .bind(d.decision.as_str())
-                .bind(d.would_decide.map(|w| w.as_str()))
-                .bind(&d.reason)
-                .bind(d.reason_code.map(|c| c.as_str()))
-                .bind(d.rule_id)
-                .bind(&d.rule_code)
-                .bind(d.enforced)
-                .bind(d.agent_mode.as_str())
-                .bind(json_text(&d.floor_detectors))
-                .bind(&d.source)
-                .bind(&d.hitl_result)
-                .bind(d.hitl_responded_at)
-                .bind(&d.hitl_responded_by)
-                .bind(&d.execution_result)
-                .bind(d.execution_completed_at)
-                .bind(&d.execution_details)
-                .bind(d.created_at)
-                .execute(exec)
-                .await
-                .map_err(map_err)?;
-            Ok(())
-        }
-
-        /// Binds filter values after the organization.
-        fn bind_filter<'q, O>(
-            mut q: sqlx::query::QueryAs<'q, $db, O, <$db as sqlx::Database>::Arguments<'q>>,
-            values: &'q [FilterValue],
-        ) -> sqlx::query::QueryAs<'q, $db, O, <$db as sqlx::Database>::Arguments<'q>> {
-            for v in values {
-                q = match v {
-                    FilterValue::Text(t) => q.bind(t),
-                    FilterValue::Time(t) => q.bind(*t),
-                };
-            }
-            q
-        }
-
-        const RETRIEVAL_DECISION_COLUMNS: &str = "id, org_id, agent_id, operation, resource_type, resource_metadata, \
-             query, surface, trust_tier, decision, would_decide, reason, reason_code, rule_id, enforced, agent_mode, \
-             floor_detectors, created_at";
-
-        async fn insert_retrieval_decision_in<'c, E>(exec: E, d: &RetrievalDecision) -> StoreResult<()>
-        where
-            E: sqlx::Executor<'c, Database = $db>,
-        {
-            sqlx::query(
-                "INSERT INTO retrieval_decisions (id, org_id, agent_id, operation, resource_type, resource_metadata, \
-                 query, surface, trust_tier, decision, would_decide, reason, reason_code, rule_id, enforced, agent_mode, \
-                 floor_detectors, created_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
-            )
-            .bind(d.id)
-            .bind(d.org.0)
-            .bind(&d.agent_id)
-            .bind(&d.operation)
-            .bind(&d.resource_type)
-            .bind(json_text(&d.resource_metadata))
-            .bind(&d.query)
-            .bind(&d.surface)
-            .bind(&d.trust_tier)
-            .bind(d.decision.as_str())
-            .bind(d.would_decide.map(|w| w.as_str()))
-            .bind(&d.reason)
-            .bind(d.reason_code.as_str())
-            .bind(d.rule_id)
-            .bind(d.enforced)
-            .bind(d.agent_mode.as_str())
-            .bind(json_text(&d.floor_detectors))
-            .bind(d.created_at)
-            .execute(exec)
-            .await
-            .map_err(map_err)?;
-            Ok(())
-        }
-
-        async fn rule_in<'c, E>(exec: E, org: OrgId, id: RuleId) -> StoreResult<Option<Rule>>
-        where
-            E: sqlx::Executor<'c, Database = $db>,
-        {
-            let sql = format!("SELECT {} FROM rules WHERE id = $1 AND org_id = $2", rule_columns(true));
-            let row: Option<RuleRow> = sqlx::query_as(&sql).bind(id.0).bind(org.0).fetch_optional(exec).await.map_err(map_err)?;
-            row.map(Rule::try_from).transpose()
-        }
-
         #[async_trait]
         impl Store for $store {
             async fn ping(&self) -> StoreResult<()> {
@@ -416,24 +88,10 @@ macro_rules! store_impl {
             }
 
             async fn list_keys(&self, org: OrgId, page: Page) -> StoreResult<(Vec<ApiKey>, u64)> {
-                let sql = format!(
-                    "SELECT {KEY_COLUMNS} FROM api_keys WHERE org_id = $1 \
-                     ORDER BY created_at DESC, id LIMIT $2 OFFSET $3"
-                );
-                let rows: Vec<KeyRow> = sqlx::query_as(&sql)
-                    .bind(org.0)
-                    .bind(i64::from(page.limit))
-                    .bind(page.offset())
-                    .fetch_all(&self.pool)
-                    .await
-                    .map_err(map_err)?;
-                let (total,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM api_keys WHERE org_id = $1")
-                    .bind(org.0)
-                    .fetch_one(&self.pool)
-                    .await
-                    .map_err(map_err)?;
-                let keys = rows.into_iter().map(ApiKey::try_from).collect::<StoreResult<_>>()?;
-                Ok((keys, u64::try_from(total).unwrap_or(0)))
+                let order = "created_at DESC, id";
+                let (rows, total): (Vec<KeyRow>, u64) =
+                    page_of(&self.pool, KEY_COLUMNS, "api_keys", "org_id = $1", order, org, &[], page).await?;
+                Ok((rows.into_iter().map(ApiKey::try_from).collect::<StoreResult<_>>()?, total))
             }
 
             async fn rotate_key(
@@ -540,33 +198,14 @@ macro_rules! store_impl {
             }
 
             async fn list_rules(&self, org: OrgId, facets: Option<&[Facet]>, page: Page) -> StoreResult<(Vec<Rule>, u64)> {
-                let wants = |f: Facet| facets.is_none_or(|fs| fs.contains(&f));
-                let filter = "org_id = $1 AND ((applies_to LIKE '%\"action\"%' AND $2) \
+                let wants = |f: Facet| FilterValue::Bool(facets.is_none_or(|fs| fs.contains(&f)));
+                let clause = "org_id = $1 AND ((applies_to LIKE '%\"action\"%' AND $2) \
                      OR (applies_to LIKE '%\"retrieval\"%' AND $3) OR (applies_to LIKE '%\"delegation\"%' AND $4))";
-                let sql = format!(
-                    "SELECT {} FROM rules WHERE {filter} ORDER BY priority DESC, created_at, id LIMIT $5 OFFSET $6",
-                    rule_columns(false)
-                );
-                let rows: Vec<RuleRow> = sqlx::query_as(&sql)
-                    .bind(org.0)
-                    .bind(wants(Facet::Action))
-                    .bind(wants(Facet::Retrieval))
-                    .bind(wants(Facet::Delegation))
-                    .bind(i64::from(page.limit))
-                    .bind(page.offset())
-                    .fetch_all(&self.pool)
-                    .await
-                    .map_err(map_err)?;
-                let (total,): (i64,) = sqlx::query_as(&format!("SELECT COUNT(*) FROM rules WHERE {filter}"))
-                    .bind(org.0)
-                    .bind(wants(Facet::Action))
-                    .bind(wants(Facet::Retrieval))
-                    .bind(wants(Facet::Delegation))
-                    .fetch_one(&self.pool)
-                    .await
-                    .map_err(map_err)?;
-                let rules = rows.into_iter().map(Rule::try_from).collect::<StoreResult<_>>()?;
-                Ok((rules, u64::try_from(total).unwrap_or(0)))
+                let values = [wants(Facet::Action), wants(Facet::Retrieval), wants(Facet::Delegation)];
+                let order = "priority DESC, created_at, id";
+                let (rows, total): (Vec<RuleRow>, u64) =
+                    page_of(&self.pool, &rule_columns(false), "rules", clause, order, org, &values, page).await?;
+                Ok((rows.into_iter().map(Rule::try_from).collect::<StoreResult<_>>()?, total))
             }
 
             async fn all_rules(&self, org: OrgId) -> StoreResult<Vec<Rule>> {
@@ -732,24 +371,10 @@ macro_rules! store_impl {
             }
 
             async fn list_agents(&self, org: OrgId, page: Page) -> StoreResult<(Vec<Agent>, u64)> {
-                let sql = format!(
-                    "SELECT {AGENT_COLUMNS} FROM agents WHERE org_id = $1 AND deleted_at IS NULL \
-                     ORDER BY created_at DESC, id LIMIT $2 OFFSET $3"
-                );
-                let rows: Vec<AgentRow> = sqlx::query_as(&sql)
-                    .bind(org.0)
-                    .bind(i64::from(page.limit))
-                    .bind(page.offset())
-                    .fetch_all(&self.pool)
-                    .await
-                    .map_err(map_err)?;
-                let (total,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM agents WHERE org_id = $1 AND deleted_at IS NULL")
-                    .bind(org.0)
-                    .fetch_one(&self.pool)
-                    .await
-                    .map_err(map_err)?;
-                let agents = rows.into_iter().map(Agent::try_from).collect::<StoreResult<_>>()?;
-                Ok((agents, u64::try_from(total).unwrap_or(0)))
+                let clause = "org_id = $1 AND deleted_at IS NULL";
+                let (rows, total): (Vec<AgentRow>, u64) =
+                    page_of(&self.pool, AGENT_COLUMNS, "agents", clause, "created_at DESC, id", org, &[], page).await?;
+                Ok((rows.into_iter().map(Agent::try_from).collect::<StoreResult<_>>()?, total))
             }
 
             async fn save_agent(
@@ -851,27 +476,11 @@ macro_rules! store_impl {
             }
 
             async fn list_hitl(&self, org: OrgId, status: &str, page: Page) -> StoreResult<(Vec<HitlItem>, u64)> {
-                let order = if status == "pending" { "ASC" } else { "DESC" };
-                let sql = format!(
-                    "SELECT {HITL_COLUMNS} FROM hitl_items WHERE org_id = $1 AND status = $2 \
-                     ORDER BY created_at {order}, id LIMIT $3 OFFSET $4"
-                );
-                let rows: Vec<HitlRow> = sqlx::query_as(&sql)
-                    .bind(org.0)
-                    .bind(status)
-                    .bind(i64::from(page.limit))
-                    .bind(page.offset())
-                    .fetch_all(&self.pool)
-                    .await
-                    .map_err(map_err)?;
-                let (total,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM hitl_items WHERE org_id = $1 AND status = $2")
-                    .bind(org.0)
-                    .bind(status)
-                    .fetch_one(&self.pool)
-                    .await
-                    .map_err(map_err)?;
-                let items = rows.into_iter().map(HitlItem::try_from).collect::<StoreResult<_>>()?;
-                Ok((items, u64::try_from(total).unwrap_or(0)))
+                let order = if status == "pending" { "created_at ASC, id" } else { "created_at DESC, id" };
+                let values = [FilterValue::Text(status.to_owned())];
+                let (rows, total): (Vec<HitlRow>, u64) =
+                    page_of(&self.pool, HITL_COLUMNS, "hitl_items", "org_id = $1 AND status = $2", order, org, &values, page).await?;
+                Ok((rows.into_iter().map(HitlItem::try_from).collect::<StoreResult<_>>()?, total))
             }
 
             async fn resolve_hitl(
@@ -1010,44 +619,20 @@ macro_rules! store_impl {
 
             async fn action_log(&self, org: OrgId, filter: &AuditFilter, page: Page) -> StoreResult<(Vec<ActionDecision>, u64)> {
                 let (clause, values) = audit_where(filter, true);
-                let n = values.len();
-                let sql = format!(
-                    "SELECT {ACTION_DECISION_COLUMNS} FROM action_decisions WHERE {clause} \
-                     ORDER BY created_at DESC, id LIMIT ${} OFFSET ${}",
-                    n + 2,
-                    n + 3
-                );
-                let rows: Vec<ActionDecisionRow> = bind_filter(sqlx::query_as(&sql).bind(org.0), &values)
-                    .bind(i64::from(page.limit))
-                    .bind(page.offset())
-                    .fetch_all(&self.pool)
-                    .await
-                    .map_err(map_err)?;
-                let count = format!("SELECT COUNT(*) FROM action_decisions WHERE {clause}");
-                let (total,): (i64,) = bind_filter(sqlx::query_as(&count).bind(org.0), &values).fetch_one(&self.pool).await.map_err(map_err)?;
-                let items = rows.into_iter().map(ActionDecision::try_from).collect::<StoreResult<_>>()?;
-                Ok((items, u64::try_from(total).unwrap_or(0)))
+                let (rows, total): (Vec<ActionDecisionRow>, u64) = page_of(
+                    &self.pool, ACTION_DECISION_COLUMNS, "action_decisions", &clause, "created_at DESC, id", org, &values, page,
+                )
+                .await?;
+                Ok((rows.into_iter().map(ActionDecision::try_from).collect::<StoreResult<_>>()?, total))
             }
 
             async fn retrieval_log(&self, org: OrgId, filter: &AuditFilter, page: Page) -> StoreResult<(Vec<RetrievalDecision>, u64)> {
                 let (clause, values) = audit_where(filter, false);
-                let n = values.len();
-                let sql = format!(
-                    "SELECT {RETRIEVAL_DECISION_COLUMNS} FROM retrieval_decisions WHERE {clause} \
-                     ORDER BY created_at DESC, id LIMIT ${} OFFSET ${}",
-                    n + 2,
-                    n + 3
-                );
-                let rows: Vec<RetrievalDecisionRow> = bind_filter(sqlx::query_as(&sql).bind(org.0), &values)
-                    .bind(i64::from(page.limit))
-                    .bind(page.offset())
-                    .fetch_all(&self.pool)
-                    .await
-                    .map_err(map_err)?;
-                let count = format!("SELECT COUNT(*) FROM retrieval_decisions WHERE {clause}");
-                let (total,): (i64,) = bind_filter(sqlx::query_as(&count).bind(org.0), &values).fetch_one(&self.pool).await.map_err(map_err)?;
-                let items = rows.into_iter().map(RetrievalDecision::try_from).collect::<StoreResult<_>>()?;
-                Ok((items, u64::try_from(total).unwrap_or(0)))
+                let (rows, total): (Vec<RetrievalDecisionRow>, u64) = page_of(
+                    &self.pool, RETRIEVAL_DECISION_COLUMNS, "retrieval_decisions", &clause, "created_at DESC, id", org, &values, page,
+                )
+                .await?;
+                Ok((rows.into_iter().map(RetrievalDecision::try_from).collect::<StoreResult<_>>()?, total))
             }
 
             // Backend-specific methods (PostgreSQL's LISTEN/NOTIFY).

@@ -18,7 +18,7 @@ impl SqliteStore {
     /// `sqlite://PATH`) and runs the migrations.
     pub async fn open(url: &str) -> super::StoreResult<SqliteStore> {
         let options = SqliteConnectOptions::from_str(url)
-            .map_err(super::sql::map_err)?
+            .map_err(super::statements::map_err)?
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             // WAL with NORMAL is durable across application crashes and
@@ -30,10 +30,12 @@ impl SqliteStore {
             .max_connections(8)
             .connect_with(options)
             .await
-            .map_err(super::sql::map_err)?;
+            .map_err(super::statements::map_err)?;
         sqlx::migrate!("migrations/sqlite").run(&pool).await?;
         Ok(SqliteStore { pool })
     }
 }
+
+super::statements::statements!(sqlx::Sqlite);
 
 super::sql::store_impl!(SqliteStore, sqlx::Sqlite);

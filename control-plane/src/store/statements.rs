@@ -1,0 +1,379 @@
+//! Statements several store methods share, and the items both backends'
+//! SQL uses. `statements!` generates, in a backend's module, the helper
+//! functions for that backend's pool; `store_impl!` (in `sql.rs`), expanded
+//! in the same module after it, uses them.
+
+/// Columns of `api_keys`, in `KeyRow`'s order.
+pub(super) const KEY_COLUMNS: &str = "id, org_id, name, key_hash, display, audience, environment, \
+     permissions, scopes, agent_id, created_by, created_at, expires_at, revoked_at, replaced_by, \
+     last_used_at";
+
+/// The columns a rule's author sets, bound as `$1`..`$13` by `bind_rule_fields`.
+pub(super) const RULE_FIELDS: &str = "name, description, natural_language, rego_source, effect, priority, enabled, \
+     applies_to, target_app, action_pattern, trust_tier, surface, principal_exclusions";
+
+/// Columns of `rules`, in `RuleRow`'s order; `{source}` is `rego_source`
+/// or a NULL for lists.
+pub(super) fn rule_columns(with_source: bool) -> String {
+    format!(
+        "id, rule_code, name, description, natural_language, {}, effect, priority, enabled, \
+         applies_to, target_app, action_pattern, trust_tier, surface, principal_exclusions, \
+         bypass_active, bypass_reason, bypass_activated_by, bypass_activated_at, bypass_expires_at, \
+         created_at, updated_at",
+        if with_source {
+            "rego_source"
+        } else {
+            "CAST(NULL AS TEXT) AS rego_source"
+        }
+    )
+}
+
+/// `applies_to` as stored: a JSON array of facet names.
+pub(super) fn facets_json(facets: &[warden_engine::model::Facet]) -> String {
+    serde_json::to_string(&facets.iter().map(|f| f.as_str()).collect::<Vec<_>>())
+        .unwrap_or_else(|_| "[]".into())
+}
+
+/// A value bound into a filter (`$2`… of a paged read).
+pub(super) enum FilterValue {
+    Text(String),
+    Time(chrono::DateTime<chrono::Utc>),
+    Bool(bool),
+}
+
+/// `WHERE` clauses of an audit-log read, with their values in `$n` order
+/// after `$1` (the organization).
+pub(super) fn audit_where(f: &super::AuditFilter, action_log: bool) -> (String, Vec<FilterValue>) {
+    let mut clauses = vec!["org_id = $1".to_owned()];
+    let mut values = Vec::new();
+    let text = |col: &str,
+                v: &Option<String>,
+                clauses: &mut Vec<String>,
+                values: &mut Vec<FilterValue>| {
+        if let Some(v) = v {
+            values.push(FilterValue::Text(v.clone()));
+            clauses.push(format!("{col} = ${}", values.len() + 1));
+        }
+    };
+    text("agent_id", &f.agent_id, &mut clauses, &mut values);
+    text("decision", &f.decision, &mut clauses, &mut values);
+    if action_log {
+        text("target_app", &f.target_app, &mut clauses, &mut values);
+        text("hitl_result", &f.hitl_result, &mut clauses, &mut values);
+    } else {
+        text("operation", &f.operation, &mut clauses, &mut values);
+        text("reason_code", &f.reason_code, &mut clauses, &mut values);
+    }
+    for (op, t) in [(">=", f.start), ("<=", f.end)] {
+        if let Some(t) = t {
+            values.push(FilterValue::Time(t));
+            clauses.push(format!("created_at {op} ${}", values.len() + 1));
+        }
+    }
+    (clauses.join(" AND "), values)
+}
+
+/// Maps a driver error, turning unique violations into conflicts.
+pub(super) fn map_err(e: sqlx::Error) -> super::StoreError {
+    match &e {
+        sqlx::Error::Database(db) if db.is_unique_violation() => {
+            super::StoreError::Conflict(db.message().to_owned())
+        }
+        _ => super::StoreError::Database(e),
+    }
+}
+
+macro_rules! statements {
+    ($db:ty) => {
+        use async_trait::async_trait;
+        use chrono::{DateTime, Utc};
+        use uuid::Uuid;
+
+        use warden_engine::model::{Bypass, Facet, Rule};
+
+        use super::rows::{ActionDecisionRow, RetrievalDecisionRow, HitlRow, AgentRow, AuditRow, IdemRow, KeyRow, OrgRow, RuleRow, SettingsRow, names};
+        use super::statements::{FilterValue, audit_where, KEY_COLUMNS, RULE_FIELDS, facets_json, map_err, rule_columns};
+        use super::{
+            ApiKey, AuditEntry, IdemClaim, IdemKey, IdemRecord, KeyId, NewKey, OrgId, Organization,
+            Page, Retire, RuleId, Store, StoreResult, Settings, SettingsDoc, Agent, AgentDoc, ActionDecision,
+            RetrievalDecision, HitlItem, AuditFilter,
+        };
+
+        async fn insert_key<'c, E>(exec: E, key: &NewKey, now: DateTime<Utc>) -> StoreResult<ApiKey>
+        where
+            E: sqlx::Executor<'c, Database = $db>,
+        {
+            let sql = format!(
+                "INSERT INTO api_keys ({KEY_COLUMNS}) VALUES \
+                 ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, NULL, NULL, NULL) \
+                 RETURNING {KEY_COLUMNS}"
+            );
+            let row: KeyRow = sqlx::query_as(&sql)
+                .bind(Uuid::new_v4())
+                .bind(key.org.0)
+                .bind(&key.name)
+                .bind(&key.hash)
+                .bind(&key.display)
+                .bind(key.audience.as_str())
+                .bind(key.environment.as_str())
+                .bind(names(&key.permissions, |p| p.as_str()))
+                .bind(names(&key.scopes, |s| s.as_str()))
+                .bind(&key.agent_id)
+                .bind(key.created_by.map(|k| k.0))
+                .bind(now)
+                .bind(key.expires_at)
+                .fetch_one(exec)
+                .await
+                .map_err(map_err)?;
+            ApiKey::try_from(row)
+        }
+
+        async fn insert_audit<'c, E>(exec: E, e: &AuditEntry) -> StoreResult<()>
+        where
+            E: sqlx::Executor<'c, Database = $db>,
+        {
+            sqlx::query(
+                "INSERT INTO audit_log (org_id, action, actor, target_type, target_id, details, at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            )
+            .bind(e.org.0)
+            .bind(&e.action)
+            .bind(e.actor.map(|k| k.0))
+            .bind(&e.target_type)
+            .bind(&e.target_id)
+            .bind(sqlx::types::Json(&e.details))
+            .bind(e.at)
+            .execute(exec)
+            .await
+            .map_err(map_err)?;
+            Ok(())
+        }
+
+        /// Binds the rule's own fields as `$1`..`$13`, in `RULE_FIELDS` order.
+        fn bind_rule_fields<'q>(
+            q: sqlx::query::Query<'q, $db, <$db as sqlx::Database>::Arguments<'q>>,
+            r: &'q Rule,
+        ) -> sqlx::query::Query<'q, $db, <$db as sqlx::Database>::Arguments<'q>> {
+            q.bind(&r.name)
+                .bind(&r.description)
+                .bind(&r.natural_language)
+                .bind(r.rego_source.as_deref().unwrap_or_default())
+                .bind(r.effect.as_str())
+                .bind(r.priority)
+                .bind(r.enabled)
+                .bind(facets_json(&r.applies_to))
+                .bind(&r.target_app)
+                .bind(&r.action_pattern)
+                .bind(&r.trust_tier)
+                .bind(&r.surface)
+                .bind(r.principal_exclusions.as_ref().map(sqlx::types::Json))
+        }
+
+        const AGENT_COLUMNS: &str = "id, org_id, agent_id, mode, doc, deleted_at, created_at, updated_at";
+
+        fn json_text<T: serde::Serialize>(v: &T) -> String {
+            serde_json::to_string(v).unwrap_or_else(|_| "null".into())
+        }
+
+        fn mode_text(m: Option<warden_engine::model::AgentMode>) -> Option<&'static str> {
+            m.map(|m| m.as_str())
+        }
+
+        /// Moves the organization's rules revision (inside the rule write's transaction).
+        async fn bump_revision<'c, E>(exec: E, org: OrgId) -> StoreResult<()>
+        where
+            E: sqlx::Executor<'c, Database = $db>,
+        {
+            sqlx::query(
+                "INSERT INTO counters (org_id, name, value) VALUES ($1, 'rules_revision', 1) \
+                 ON CONFLICT (org_id, name) DO UPDATE SET value = counters.value + 1",
+            )
+            .bind(org.0)
+            .execute(exec)
+            .await
+            .map_err(map_err)?;
+            Ok(())
+        }
+
+        const ACTION_DECISION_COLUMNS: &str = "id, org_id, agent_id, target_app, action, context, decision, would_decide, \
+             reason, reason_code, rule_id, rule_code, enforced, agent_mode, floor_detectors, source, hitl_result, \
+             hitl_responded_at, hitl_responded_by, execution_result, execution_completed_at, execution_details, created_at";
+
+        const HITL_COLUMNS: &str = "id, org_id, decision_id, agent_id, target_app, action, context, category, status, \
+             ai_recommended_rule, notified_via, resolution, dedupe_key, expires_at, responded_at, responded_by, created_at";
+
+        async fn insert_hitl_in<'c, E>(exec: E, i: &HitlItem) -> StoreResult<bool>
+        where
+            E: sqlx::Executor<'c, Database = $db>,
+        {
+            let sql = format!(
+                "INSERT INTO hitl_items ({HITL_COLUMNS}) VALUES \
+                 ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) ON CONFLICT DO NOTHING"
+            );
+            let done = sqlx::query(&sql)
+                .bind(i.id)
+                .bind(i.org.0)
+                .bind(i.decision_id)
+                .bind(&i.agent_id)
+                .bind(&i.target_app)
+                .bind(&i.action)
+                .bind(json_text(&i.context))
+                .bind(&i.category)
+                .bind(&i.status)
+                .bind(&i.ai_recommended_rule)
+                .bind(json_text(&i.notified_via))
+                .bind(&i.resolution)
+                .bind(&i.dedupe_key)
+                .bind(i.expires_at)
+                .bind(i.responded_at)
+                .bind(&i.responded_by)
+                .bind(i.created_at)
+                .execute(exec)
+                .await
+                .map_err(map_err)?;
+            Ok(done.rows_affected() == 1)
+        }
+
+        /// Inserts a decision; with `replay_ok`, an id already stored is left
+        /// alone (a re-sent telemetry item) instead of being an error.
+        async fn insert_action_decision_in<'c, E>(exec: E, d: &ActionDecision, replay_ok: bool) -> StoreResult<()>
+        where
+            E: sqlx::Executor<'c, Database = $db>,
+        {
+            let sql = format!(
+                "INSERT INTO action_decisions ({ACTION_DECISION_COLUMNS}) VALUES \
+                 ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23){}",
+                if replay_ok { " ON CONFLICT (id) DO NOTHING" } else { "" }
+            );
+            sqlx::query(&sql)
+                .bind(d.id)
+                .bind(d.org.0)
+                .bind(&d.agent_id)
+                .bind(&d.target_app)
+                .bind(&d.action)
+                .bind(json_text(&d.context))
+                .bind(d.decision.as_str())
+                .bind(d.would_decide.map(|w| w.as_str()))
+                .bind(&d.reason)
+                .bind(d.reason_code.map(|c| c.as_str()))
+                .bind(d.rule_id)
+                .bind(&d.rule_code)
+                .bind(d.enforced)
+                .bind(d.agent_mode.as_str())
+                .bind(json_text(&d.floor_detectors))
+                .bind(&d.source)
+                .bind(&d.hitl_result)
+                .bind(d.hitl_responded_at)
+                .bind(&d.hitl_responded_by)
+                .bind(&d.execution_result)
+                .bind(d.execution_completed_at)
+                .bind(&d.execution_details)
+                .bind(d.created_at)
+                .execute(exec)
+                .await
+                .map_err(map_err)?;
+            Ok(())
+        }
+
+        /// Binds filter values after the organization.
+        fn bind_filter<'q, O>(
+            mut q: sqlx::query::QueryAs<'q, $db, O, <$db as sqlx::Database>::Arguments<'q>>,
+            values: &'q [FilterValue],
+        ) -> sqlx::query::QueryAs<'q, $db, O, <$db as sqlx::Database>::Arguments<'q>> {
+            for v in values {
+                q = match v {
+                    FilterValue::Text(t) => q.bind(t),
+                    FilterValue::Time(t) => q.bind(*t),
+                    FilterValue::Bool(b) => q.bind(*b),
+                };
+            }
+            q
+        }
+
+        const RETRIEVAL_DECISION_COLUMNS: &str = "id, org_id, agent_id, operation, resource_type, resource_metadata, \
+             query, surface, trust_tier, decision, would_decide, reason, reason_code, rule_id, enforced, agent_mode, \
+             floor_detectors, created_at";
+
+        async fn insert_retrieval_decision_in<'c, E>(exec: E, d: &RetrievalDecision) -> StoreResult<()>
+        where
+            E: sqlx::Executor<'c, Database = $db>,
+        {
+            sqlx::query(
+                "INSERT INTO retrieval_decisions (id, org_id, agent_id, operation, resource_type, resource_metadata, \
+                 query, surface, trust_tier, decision, would_decide, reason, reason_code, rule_id, enforced, agent_mode, \
+                 floor_detectors, created_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
+            )
+            .bind(d.id)
+            .bind(d.org.0)
+            .bind(&d.agent_id)
+            .bind(&d.operation)
+            .bind(&d.resource_type)
+            .bind(json_text(&d.resource_metadata))
+            .bind(&d.query)
+            .bind(&d.surface)
+            .bind(&d.trust_tier)
+            .bind(d.decision.as_str())
+            .bind(d.would_decide.map(|w| w.as_str()))
+            .bind(&d.reason)
+            .bind(d.reason_code.as_str())
+            .bind(d.rule_id)
+            .bind(d.enforced)
+            .bind(d.agent_mode.as_str())
+            .bind(json_text(&d.floor_detectors))
+            .bind(d.created_at)
+            .execute(exec)
+            .await
+            .map_err(map_err)?;
+            Ok(())
+        }
+
+        async fn rule_in<'c, E>(exec: E, org: OrgId, id: RuleId) -> StoreResult<Option<Rule>>
+        where
+            E: sqlx::Executor<'c, Database = $db>,
+        {
+            let sql = format!("SELECT {} FROM rules WHERE id = $1 AND org_id = $2", rule_columns(true));
+            let row: Option<RuleRow> = sqlx::query_as(&sql).bind(id.0).bind(org.0).fetch_optional(exec).await.map_err(map_err)?;
+            row.map(Rule::try_from).transpose()
+        }
+
+        /// One page of `SELECT {columns} FROM {from} WHERE {clause} ORDER BY
+        /// {order}` and how many rows match: `$1` is the organization and
+        /// `values` follow as `$2`….
+        #[allow(clippy::too_many_arguments)]
+        async fn page_of<R>(
+            pool: &sqlx::Pool<$db>,
+            columns: &str,
+            from: &str,
+            clause: &str,
+            order: &str,
+            org: OrgId,
+            values: &[FilterValue],
+            page: Page,
+        ) -> StoreResult<(Vec<R>, u64)>
+        where
+            R: for<'r> sqlx::FromRow<'r, <$db as sqlx::Database>::Row> + Send + Unpin,
+        {
+            let n = values.len();
+            let sql = format!(
+                "SELECT {columns} FROM {from} WHERE {clause} ORDER BY {order} LIMIT ${} OFFSET ${}",
+                n + 2,
+                n + 3
+            );
+            let rows: Vec<R> = bind_filter(sqlx::query_as(&sql).bind(org.0), values)
+                .bind(i64::from(page.limit))
+                .bind(page.offset())
+                .fetch_all(pool)
+                .await
+                .map_err(map_err)?;
+            let count = format!("SELECT COUNT(*) FROM {from} WHERE {clause}");
+            let (total,): (i64,) = bind_filter(sqlx::query_as(&count).bind(org.0), values)
+                .fetch_one(pool)
+                .await
+                .map_err(map_err)?;
+            Ok((rows, u64::try_from(total).unwrap_or(0)))
+        }
+    };
+}
+
+pub(super) use statements;
