@@ -137,7 +137,7 @@ pub fn mask_at_rest(mut value: Value, directives: Option<&RedactionSet>) -> (Val
 }
 
 /// Masks a query string for storage (floor only; directives name fields).
-fn mask_query(query: Option<&str>, detectors: &mut Vec<String>) -> Option<String> {
+pub fn mask_query(query: Option<&str>, detectors: &mut Vec<String>) -> Option<String> {
     let query = query?;
     let mut report = floor::FloorReport::default();
     let masked = floor::apply_str(query, &mut report).unwrap_or_else(|| query.to_owned());

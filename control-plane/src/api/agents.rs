@@ -256,14 +256,7 @@ pub async fn register(
     peer: Option<axum::Extension<ConnectInfo<SocketAddr>>>,
     ApiJson(body): ApiJson<RegisterBody>,
 ) -> Result<Json<Registered>, ApiError> {
-    if caller
-        .key
-        .agent_id
-        .as_deref()
-        .is_some_and(|bound| bound != body.agent_id)
-    {
-        return Err(ApiError::AgentKeyMismatch);
-    }
+    caller.require_acts_for(&body.agent_id)?;
     let source = peer.map(|axum::Extension(ConnectInfo(addr))| addr.ip().to_string());
     let agent = agents::register(
         state.store.as_ref(),

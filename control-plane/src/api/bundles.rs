@@ -39,14 +39,7 @@ pub fn agent_id(
     if !(1..=255).contains(&value.chars().count()) {
         return Err(invalid("must be 1 to 255 characters"));
     }
-    if caller
-        .key
-        .agent_id
-        .as_deref()
-        .is_some_and(|bound| bound != value)
-    {
-        return Err(ApiError::AgentKeyMismatch);
-    }
+    caller.require_acts_for(&value)?;
     Ok(value)
 }
 

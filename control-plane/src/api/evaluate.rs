@@ -187,18 +187,6 @@ fn required(value: Option<String>, field: &str, max: usize, issues: &mut Issues)
     }
 }
 
-fn bound(caller: &Caller, agent_id: &str) -> Result<(), ApiError> {
-    if caller
-        .key
-        .agent_id
-        .as_deref()
-        .is_some_and(|b| b != agent_id)
-    {
-        return Err(ApiError::AgentKeyMismatch);
-    }
-    Ok(())
-}
-
 fn directives(v: &Verdict) -> Option<Vec<RedactionDirective>> {
     v.redactions.as_ref().map(|r| r.directives().to_vec())
 }
@@ -265,7 +253,7 @@ pub async fn allow(
         context: object(body.context, "context", &mut issues),
     };
     issues.into_result(DetailsShape::RawIssues)?;
-    bound(&caller, &input.agent_id)?;
+    caller.require_acts_for(&input.agent_id)?;
     let now = Utc::now();
     let store = state.store.as_ref();
     let agent = agents::provision(store, caller.key.org, &input.agent_id, now).await?;
@@ -348,7 +336,7 @@ pub async fn recall(
     let mut issues = Issues::default();
     let input = retrieval_input(body, (50, 100, 2000), true, &mut issues);
     issues.into_result(DetailsShape::RawIssues)?;
-    bound(&caller, &input.agent_id)?;
+    caller.require_acts_for(&input.agent_id)?;
     let now = Utc::now();
     let store = state.store.as_ref();
     // Unknown agents are not provisioned by retrieval (spec 3.2).
@@ -469,7 +457,7 @@ pub async fn unified(
         retrieval_input(fields, (64, 128, 4000), false, &mut issues)
     });
     issues.into_result(shape)?;
-    bound(&caller, &agent_id)?;
+    caller.require_acts_for(&agent_id)?;
 
     let now = Utc::now();
     let store = state.store.as_ref();

@@ -154,12 +154,7 @@ pub async fn decision(
         .action_decision(org, id)
         .await?
         .ok_or(ApiError::NotFound)?;
-    if caller
-        .key
-        .agent_id
-        .as_deref()
-        .is_some_and(|bound| bound != d.agent_id)
-    {
+    if !caller.acts_for(&d.agent_id) {
         return Err(ApiError::NotFound);
     }
     let hitl = store.hitl_for_decision(org, id).await?;
@@ -375,13 +370,7 @@ pub async fn escalate(
         .await?
         .ok_or(ApiError::NotFound)?;
     let (metadata, mut detectors) = crate::evaluate::mask_at_rest(metadata, None);
-    let query = body.query.as_deref().map(|q| {
-        let mut report = warden_engine::redact::floor::FloorReport::default();
-        let masked =
-            warden_engine::redact::floor::apply_str(q, &mut report).unwrap_or_else(|| q.to_owned());
-        detectors.extend(report.names().into_iter().map(str::to_owned));
-        masked
-    });
+    let query = crate::evaluate::mask_query(body.query.as_deref(), &mut detectors);
     let decision = crate::store::RetrievalDecision {
         id: uuid::Uuid::new_v4(),
         org,

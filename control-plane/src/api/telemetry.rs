@@ -53,7 +53,7 @@ pub struct TelemetryReceipt {
 }
 
 /// Validates one item; the issues in the telemetry shape (`path`, `message`).
-fn item(raw: Value, bound: Option<&str>) -> Result<TelemetryItem, Vec<Value>> {
+fn item(raw: Value, caller: &Caller) -> Result<TelemetryItem, Vec<Value>> {
     let issue = |path: &str, message: &str| {
         let p: Vec<Value> = path
             .split('.')
@@ -85,7 +85,7 @@ fn item(raw: Value, bound: Option<&str>) -> Result<TelemetryItem, Vec<Value>> {
     {
         issues.push(issue("context", "must be at most 32 KB serialized"));
     }
-    if bound.is_some_and(|b| b != item.agent_id) {
+    if !caller.acts_for(&item.agent_id) {
         issues.push(issue(
             "agent_id",
             "this agent key reports only for its own agent",
@@ -121,7 +121,7 @@ pub async fn telemetry(
     let mut rejected = Vec::new();
     let (mut rows, mut gaps) = (Vec::new(), Vec::new());
     for (index, raw) in items.into_iter().enumerate() {
-        let it = match item(raw, caller.key.agent_id.as_deref()) {
+        let it = match item(raw, &caller) {
             Ok(it) => it,
             Err(issues) => {
                 rejected.push(Rejected { index, issues });
@@ -240,13 +240,14 @@ pub async fn execution(
         ev.result.unwrap_or_default(),
     );
     let org = caller.key.org;
-    if let Some(bound) = caller.key.agent_id.as_deref() {
+    // Only an agent key needs the decision read: to check it is its agent's.
+    if caller.key.agent_id.is_some() {
         let d = state
             .store
             .action_decision(org, id)
             .await?
             .ok_or(ApiError::NotFound)?;
-        if d.agent_id != bound {
+        if !caller.acts_for(&d.agent_id) {
             return Err(ApiError::NotFound);
         }
     }

@@ -51,6 +51,24 @@ pub struct Caller {
 }
 
 impl Caller {
+    /// Whether the caller may act for `agent_id`: an agent key (`allow_…`)
+    /// only for its own agent, any other key for every agent.
+    pub fn acts_for(&self, agent_id: &str) -> bool {
+        self.key
+            .agent_id
+            .as_deref()
+            .is_none_or(|own| own == agent_id)
+    }
+
+    /// [`Caller::acts_for`], as `403 agent_key_mismatch`.
+    pub fn require_acts_for(&self, agent_id: &str) -> Result<(), ApiError> {
+        if self.acts_for(agent_id) {
+            Ok(())
+        } else {
+            Err(ApiError::AgentKeyMismatch)
+        }
+    }
+
     /// Whether the caller holds `p` (harness keys hold none).
     pub fn holds(&self, p: Permission) -> bool {
         self.key.permissions.contains(&p)
