@@ -200,6 +200,19 @@ impl Issues {
         }
     }
 
+    /// An object field: absent or `null` is `{}`; anything else not an
+    /// object is an issue.
+    pub fn object(&mut self, path: &str, value: Option<Value>) -> Value {
+        match value {
+            None | Some(Value::Null) => Value::Object(Default::default()),
+            Some(v @ Value::Object(_)) => v,
+            Some(_) => {
+                self.push(path, "must be an object");
+                Value::Object(Default::default())
+            }
+        }
+    }
+
     /// Checks an optional text's length (absent is fine).
     pub fn length_opt(&mut self, path: &str, text: Option<&str>, min: usize, max: usize) {
         if let Some(t) = text {

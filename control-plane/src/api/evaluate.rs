@@ -162,18 +162,6 @@ pub struct UnifiedDecisionView {
     pub results: Option<Vec<FacetResult>>,
 }
 
-/// The context of an action: an object (default `{}`).
-fn object(value: Option<Value>, field: &str, issues: &mut Issues) -> Value {
-    match value {
-        None | Some(Value::Null) => Value::Object(Default::default()),
-        Some(v @ Value::Object(_)) => v,
-        Some(_) => {
-            issues.push(field, "must be an object");
-            Value::Object(Default::default())
-        }
-    }
-}
-
 fn required(value: Option<String>, field: &str, max: usize, issues: &mut Issues) -> String {
     match value {
         Some(v) => {
@@ -250,7 +238,7 @@ pub async fn allow(
         agent_id: required(body.agent_id, "agent_id", 255, &mut issues),
         target_app: required(body.target_app, "target_app", 255, &mut issues),
         action: required(body.action, "action", 255, &mut issues),
-        context: object(body.context, "context", &mut issues),
+        context: issues.object("context", body.context),
     };
     issues.into_result(DetailsShape::RawIssues)?;
     caller.require_acts_for(&input.agent_id)?;
@@ -318,7 +306,7 @@ fn retrieval_input(
         agent_id,
         operation,
         resource_type,
-        resource_metadata: object(resource_metadata, "resource_metadata", issues),
+        resource_metadata: issues.object("resource_metadata", resource_metadata),
         query,
         surface,
         trust_tier,
@@ -436,7 +424,7 @@ pub async fn unified(
             body.action.unwrap_or_default(),
         )
     };
-    let context = object(body.context, "context", &mut issues);
+    let context = issues.object("context", body.context);
     let retrieval = facets.contains(&Facet::Retrieval).then(|| {
         if body.resource_type.is_none() {
             issues.push(

@@ -355,14 +355,7 @@ pub async fn escalate(
     }
     issues.length_opt("query", body.query.as_deref(), 0, 2000);
     issues.length_opt("reason", body.reason.as_deref(), 0, 2000);
-    let metadata = match body.resource_metadata {
-        None | Some(Value::Null) => Value::Object(Default::default()),
-        Some(v @ Value::Object(_)) => v,
-        Some(_) => {
-            issues.push("resource_metadata", "must be an object");
-            Value::Null
-        }
-    };
+    let metadata = issues.object("resource_metadata", body.resource_metadata);
     issues.into_result(DetailsShape::RawIssues)?;
     let (store, org, now) = (state.store.as_ref(), caller.key.org, Utc::now());
     let agent = store
