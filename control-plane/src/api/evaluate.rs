@@ -127,7 +127,7 @@ pub struct UnifiedEvaluation {
 }
 
 /// One facet's result of `POST /evaluate`.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct FacetResult {
     pub operation: String,
     /// In the union vocabulary.
@@ -179,8 +179,8 @@ fn directives(v: &Verdict) -> Option<Vec<RedactionDirective>> {
     v.redactions.as_ref().map(|r| r.directives().to_vec())
 }
 
-fn action_view(d: Decided) -> ActionDecisionView {
-    let v = d.verdict;
+fn action_view(d: &Decided) -> ActionDecisionView {
+    let v = &d.verdict;
     let mask = v.decision == Decision::Mask || v.would_decide == Some(Decision::Mask);
     let approval = v.outcome() == Decision::ApprovalRequired;
     ActionDecisionView {
@@ -193,7 +193,7 @@ fn action_view(d: Decided) -> ActionDecisionView {
         plane: Some("action".into()),
         operation: None,
         is_retrieval: false,
-        arg_redaction_rules: if mask { directives(&v) } else { None },
+        arg_redaction_rules: if mask { directives(v) } else { None },
         hitl_fallback: if approval && v.rule.is_some() {
             v.hitl_fallback
         } else {
@@ -203,8 +203,8 @@ fn action_view(d: Decided) -> ActionDecisionView {
     }
 }
 
-fn retrieval_view(d: Decided) -> RetrievalDecisionView {
-    let v = d.verdict;
+fn retrieval_view(d: &Decided) -> RetrievalDecisionView {
+    let v = &d.verdict;
     let shows_directives = matches!(v.outcome(), Decision::Redact)
         || (v.outcome() == Decision::Escalate && v.hitl_fallback == Some(HitlFallback::Mask));
     RetrievalDecisionView {
@@ -216,7 +216,7 @@ fn retrieval_view(d: Decided) -> RetrievalDecisionView {
             .to_owned(),
         reason: v.reason.clone(),
         redaction_rules: if shows_directives {
-            directives(&v)
+            directives(v)
         } else {
             None
         },
@@ -255,7 +255,7 @@ pub async fn allow(
         now,
     )
     .await?;
-    let mut view = action_view(decided);
+    let mut view = action_view(&decided);
     view.operation = Some(
         warden_engine::classify::classify(&input.action)
             .as_str()
@@ -344,24 +344,18 @@ pub async fn recall(
         now,
     )
     .await?;
-    Ok(Json(retrieval_view(decided)))
+    Ok(Json(retrieval_view(&decided)))
 }
 
 fn facet_result(facet: Facet, d: &Decided) -> FacetResult {
     let v = &d.verdict;
     let (redaction_rules, hitl_fallback) = match facet {
         Facet::Retrieval => {
-            let view = retrieval_view(Decided {
-                id: d.id,
-                verdict: v.clone(),
-            });
+            let view = retrieval_view(d);
             (view.redaction_rules, view.hitl_fallback)
         }
         _ => {
-            let view = action_view(Decided {
-                id: d.id,
-                verdict: v.clone(),
-            });
+            let view = action_view(d);
             (view.arg_redaction_rules, view.hitl_fallback)
         }
     };
@@ -496,21 +490,10 @@ pub async fn unified(
     let combined =
         UnifiedVerdict::combine(decided.iter().map(|(_, d)| d.verdict.clone()).collect());
     let results: Vec<FacetResult> = decided.iter().map(|(f, d)| facet_result(*f, d)).collect();
+    // The deciding facet's fields, with the union's word.
     let mut top = results
         .get(combined.deciding)
-        .map(|r| FacetResult {
-            operation: r.operation.clone(),
-            decision: combined.decision,
-            plane_decision: r.plane_decision,
-            decision_id: r.decision_id,
-            reason: r.reason.clone(),
-            reason_code: r.reason_code.clone(),
-            rule_code: r.rule_code.clone(),
-            enforced: r.enforced,
-            agent_mode: r.agent_mode,
-            redaction_rules: r.redaction_rules.clone(),
-            hitl_fallback: r.hitl_fallback,
-        })
+        .cloned()
         .ok_or_else(|| ApiError::Internal("no facet ran".into()))?;
     top.decision = combined.decision;
     Ok(Json(UnifiedDecisionView {
