@@ -68,7 +68,7 @@ impl AppState {
         ));
         let (modes, _) = tokio::sync::broadcast::channel(1024);
         // Replicas sharing PostgreSQL hear each other's changes.
-        store.relay_modes(modes.clone());
+        store.listen(modes.clone());
         let state = AppState {
             modes,
             store,

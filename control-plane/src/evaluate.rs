@@ -231,7 +231,10 @@ async fn store_action(
     } = event;
     let (context, floor_detectors) = mask_at_rest(context, verdict.redactions.as_deref());
     let row = ActionDecision {
-        id: Uuid::new_v4(),
+        // Time-ordered ids: a decision appends to the primary-key index
+        // instead of writing a random page of it (decisions, gates and
+        // telemetry rows are all v7).
+        id: Uuid::now_v7(),
         org,
         agent_id: agent_id.to_owned(),
         target_app: target_app.to_owned(),
@@ -258,7 +261,7 @@ async fn store_action(
     if verdict.decision == Decision::ApprovalRequired {
         let window = TimeDelta::seconds(i64::from(window_secs.min(MAX_APPROVAL_WINDOW_SECS)));
         let item = HitlItem {
-            id: Uuid::new_v4(),
+            id: Uuid::now_v7(),
             org,
             decision_id: Some(row.id),
             agent_id: row.agent_id.clone(),
@@ -304,7 +307,7 @@ pub async fn retrieval(
     );
     let query = mask_query(input.query.as_deref(), &mut floor_detectors);
     let row = RetrievalDecision {
-        id: Uuid::new_v4(),
+        id: Uuid::now_v7(),
         org,
         agent_id: input.agent_id.clone(),
         operation: input.operation.as_str().to_owned(),

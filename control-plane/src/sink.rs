@@ -1,13 +1,15 @@
 //! Where decisions go once made: stored durably, then recorded.
 //!
-//! Writes are group-committed: concurrent decisions queue for one writer
-//! task, which stores everything waiting (up to [`MAX_BATCH`]) in one
-//! transaction, then answers each request. A decision's response is sent
+//! Writes are group-committed: concurrent decisions queue for the writer,
+//! which stores everything waiting (up to [`MAX_BATCH`]) in one
+//! transaction, then answers each request. While the store's writers are
+//! all busy (one for SQLite, which has one writer anyway; several for
+//! PostgreSQL, whose commits overlap), the queue grows into the next batch. A decision's response is sent
 //! only after its row is committed; batching only amortizes the commit.
 
 use std::sync::Arc;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use crate::error::ApiError;
 use crate::record::Recorder;
@@ -90,7 +92,13 @@ impl DecisionSink {
 }
 
 async fn write_loop(store: Arc<dyn Store>, mut rx: mpsc::Receiver<Job>) {
+    let writers = Arc::new(Semaphore::new(store.concurrent_writers().max(1)));
     while let Some(first) = rx.recv().await {
+        let Ok(slot) = writers.clone().acquire_owned().await else {
+            return;
+        };
+        // Gather after a writer is free: what queued while every writer was
+        // busy goes into this batch.
         let mut jobs = vec![first];
         while jobs.len() < MAX_BATCH {
             match rx.try_recv() {
@@ -98,39 +106,48 @@ async fn write_loop(store: Arc<dyn Store>, mut rx: mpsc::Receiver<Job>) {
                 Err(_) => break,
             }
         }
-        let rows: Vec<&Row> = jobs.iter().map(|j| &j.row).collect();
-        match write(store.as_ref(), &rows).await {
-            Ok(()) => {
-                for job in jobs {
-                    let _ = job.done.send(Ok(()));
-                }
+        let store = store.clone();
+        tokio::spawn(async move {
+            write_batch(store.as_ref(), jobs).await;
+            drop(slot);
+        });
+    }
+}
+
+/// Commits `jobs` together and answers each.
+async fn write_batch(store: &dyn Store, jobs: Vec<Job>) {
+    let rows: Vec<&Row> = jobs.iter().map(|j| &j.row).collect();
+    match write(store, &rows).await {
+        Ok(()) => {
+            for job in jobs {
+                let _ = job.done.send(Ok(()));
             }
-            // One bad row must not fail its neighbours: write them one by one.
-            Err(_) if jobs.len() > 1 => {
-                for job in jobs {
-                    let result = write(store.as_ref(), &[&job.row])
-                        .await
-                        .map_err(|e| e.to_string());
-                    let _ = job.done.send(result);
-                }
+        }
+        // One bad row must not fail its neighbours: write them one by one.
+        Err(_) if jobs.len() > 1 => {
+            for job in jobs {
+                let result = write(store, &[&job.row]).await.map_err(|e| e.to_string());
+                let _ = job.done.send(result);
             }
-            Err(e) => {
-                for job in jobs {
-                    let _ = job.done.send(Err(e.to_string()));
-                }
+        }
+        Err(e) => {
+            for job in jobs {
+                let _ = job.done.send(Err(e.to_string()));
             }
         }
     }
 }
 
 async fn write(store: &dyn Store, rows: &[&Row]) -> Result<(), StoreError> {
-    let mut actions = Vec::new();
-    let mut retrievals = Vec::new();
+    let (mut actions, mut gates, mut retrievals) = (Vec::new(), Vec::new(), Vec::new());
     for row in rows {
         match row {
-            Row::Action(pair) => actions.push(pair.as_ref().clone()),
-            Row::Retrieval(d) => retrievals.push(d.as_ref().clone()),
+            Row::Action(pair) => {
+                actions.push(&pair.0);
+                gates.extend(pair.1.as_ref());
+            }
+            Row::Retrieval(d) => retrievals.push(d.as_ref()),
         }
     }
-    store.insert_decisions(&actions, &retrievals).await
+    store.insert_decisions(&actions, &gates, &retrievals).await
 }

@@ -365,7 +365,7 @@ pub async fn escalate(
     let (metadata, mut detectors) = crate::evaluate::mask_at_rest(metadata, None);
     let query = crate::evaluate::mask_query(body.query.as_deref(), &mut detectors);
     let decision = crate::store::RetrievalDecision {
-        id: uuid::Uuid::new_v4(),
+        id: uuid::Uuid::now_v7(),
         org,
         agent_id: agent.agent_id.clone(),
         operation: operation.clone(),
@@ -387,7 +387,7 @@ pub async fn escalate(
         created_at: now,
     };
     let item = HitlItem {
-        id: uuid::Uuid::new_v4(),
+        id: uuid::Uuid::now_v7(),
         org,
         decision_id: Some(decision.id),
         agent_id: agent.agent_id,

@@ -132,7 +132,7 @@ pub async fn telemetry(
             mask_at_rest(it.context.clone().unwrap_or_else(|| json!({})), None);
         if it.rule_id.is_none() {
             gaps.push(HitlItem {
-                id: uuid::Uuid::new_v4(),
+                id: uuid::Uuid::now_v7(),
                 org,
                 decision_id: None,
                 agent_id: it.agent_id.clone(),

@@ -4,6 +4,7 @@
 //! Every row carries its organization, and every read that takes an id also
 //! takes the organization: another organization's row is simply not found.
 
+mod cache;
 mod postgres;
 mod rows;
 mod sql;
@@ -597,14 +598,8 @@ pub trait Store: Send + Sync + 'static {
     /// caches compare it).
     async fn rules_revision(&self, org: OrgId) -> StoreResult<i64>;
 
-    /// Stores an action decision.
-    async fn insert_action_decision(&self, d: &ActionDecision) -> StoreResult<()>;
-
     /// The action decision `id` of `org`.
     async fn action_decision(&self, org: OrgId, id: Uuid) -> StoreResult<Option<ActionDecision>>;
-
-    /// Stores a retrieval decision.
-    async fn insert_retrieval_decision(&self, d: &RetrievalDecision) -> StoreResult<()>;
 
     /// Stores a retrieval decision and its escalation item together.
     async fn insert_retrieval_with_hitl(
@@ -613,24 +608,19 @@ pub trait Store: Send + Sync + 'static {
         item: &HitlItem,
     ) -> StoreResult<()>;
 
-    /// Stores many decisions (and the approval gates of some) in one
-    /// transaction: the group commit of the decision sink.
+    /// Stores many decisions, and the approval gates of some, in one
+    /// transaction (the group commit of the decision sink): a gate never
+    /// exists without its decision, nor a gated decision without its gate.
     async fn insert_decisions(
         &self,
-        actions: &[(ActionDecision, Option<HitlItem>)],
-        retrievals: &[RetrievalDecision],
+        actions: &[&ActionDecision],
+        gates: &[&HitlItem],
+        retrievals: &[&RetrievalDecision],
     ) -> StoreResult<()>;
 
     /// Inserts a queue item; with a `dedupe_key` already present, returns
     /// `false` and inserts nothing.
     async fn insert_hitl(&self, item: &HitlItem) -> StoreResult<bool>;
-
-    /// Stores an action decision and its queue item together.
-    async fn insert_decision_with_hitl(
-        &self,
-        d: &ActionDecision,
-        item: &HitlItem,
-    ) -> StoreResult<()>;
 
     /// The queue item `id` of `org`.
     async fn hitl(&self, org: OrgId, id: Uuid) -> StoreResult<Option<HitlItem>>;
@@ -709,15 +699,22 @@ pub trait Store: Send + Sync + 'static {
         page: Page,
     ) -> StoreResult<(Vec<RetrievalDecision>, u64)>;
 
+    /// How many group commits may be in flight at once.
+    fn concurrent_writers(&self) -> usize {
+        1
+    }
+
     /// Announces a mode change to every replica sharing this database;
     /// `false` when the backend cannot (then only this process is told).
     async fn announce_mode(&self, _event: &ModeEvent) -> StoreResult<bool> {
         Ok(false)
     }
 
-    /// Starts relaying other replicas' announcements into `bus` (a no-op
-    /// for backends that cannot announce).
-    fn relay_modes(&self, _bus: tokio::sync::broadcast::Sender<ModeEvent>) {}
+    /// Starts listening to the replicas sharing this database: their mode
+    /// announcements go into `bus`, and their writes empty this process's
+    /// read cache. A no-op for backends without replicas; a backend with
+    /// replicas does not cache reads until it listens.
+    fn listen(&self, _bus: tokio::sync::broadcast::Sender<ModeEvent>) {}
 
     /// Claims `key` for a request with `request_hash`, in flight from `now`
     /// until done or `expires_at`.

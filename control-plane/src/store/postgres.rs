@@ -1,5 +1,6 @@
 //! The PostgreSQL backend: for several replicas sharing one database.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::postgres::{PgPool, PgPoolOptions};
@@ -8,6 +9,7 @@ use sqlx::postgres::{PgPool, PgPoolOptions};
 #[derive(Debug, Clone)]
 pub struct PostgresStore {
     pool: PgPool,
+    cache: Arc<super::cache::ReadCache>,
 }
 
 impl PostgresStore {
@@ -21,54 +23,91 @@ impl PostgresStore {
             .await
             .map_err(super::statements::map_err)?;
         sqlx::migrate!("migrations/postgres").run(&pool).await?;
-        Ok(PostgresStore { pool })
+        Ok(PostgresStore {
+            pool,
+            // Idle until `listen` hears other replicas' writes.
+            cache: Arc::new(super::cache::ReadCache::new(false)),
+        })
     }
 }
 
 /// The `LISTEN/NOTIFY` channel mode changes travel on.
 const MODE_CHANNEL: &str = "warden_mode";
 
+/// The channel writes travel on: the payload is the organization whose
+/// keys, agents, settings or rules changed.
+const CHANGE_CHANNEL: &str = "warden_change";
+
 impl PostgresStore {
     /// `NOTIFY`: every replica listening (this one included) relays it.
-    pub(super) async fn notify_mode(&self, event: &super::ModeEvent) -> super::StoreResult<()> {
+    async fn notify(&self, channel: &str, payload: &str) -> super::StoreResult<()> {
         sqlx::query("SELECT pg_notify($1, $2)")
-            .bind(MODE_CHANNEL)
-            .bind(event.payload())
+            .bind(channel)
+            .bind(payload)
             .execute(&self.pool)
             .await
             .map_err(super::statements::map_err)?;
         Ok(())
     }
 
-    /// Relays notifications into `bus` until the process ends. The listener
-    /// reconnects by itself after a connection loss.
-    pub(super) fn spawn_relay(&self, bus: tokio::sync::broadcast::Sender<super::ModeEvent>) {
-        let pool = self.pool.clone();
+    /// After a write to `org`'s keys, agents, settings or rules commits:
+    /// forget it here and tell the other replicas. If the notification
+    /// fails, they see the change within the cache's `MAX_AGE`.
+    async fn changed(&self, org: super::OrgId) {
+        self.cache.forget(org);
+        if let Err(e) = self.notify(CHANGE_CHANNEL, &org.0.to_string()).await {
+            tracing::warn!(error = %e, "cannot announce a change to other replicas");
+        }
+    }
+
+    /// Relays notifications until the process ends: mode changes into
+    /// `bus`, writes into the read cache. The listener reconnects by itself
+    /// after a connection loss; while it is down the cache is off, since
+    /// other replicas' writes would go unheard.
+    fn spawn_listener(&self, bus: tokio::sync::broadcast::Sender<super::ModeEvent>) {
+        let (pool, cache) = (self.pool.clone(), self.cache.clone());
         tokio::spawn(async move {
             loop {
+                cache.set_live(false);
                 let mut listener = match sqlx::postgres::PgListener::connect_with(&pool).await {
                     Ok(l) => l,
                     Err(e) => {
-                        tracing::warn!(error = %e, "mode relay: cannot connect; retrying");
+                        tracing::warn!(error = %e, "replica listener: cannot connect; retrying");
                         tokio::time::sleep(Duration::from_secs(1)).await;
                         continue;
                     }
                 };
-                if let Err(e) = listener.listen(MODE_CHANNEL).await {
-                    tracing::warn!(error = %e, "mode relay: LISTEN failed; retrying");
+                if let Err(e) = listener.listen_all([MODE_CHANNEL, CHANGE_CHANNEL]).await {
+                    tracing::warn!(error = %e, "replica listener: LISTEN failed; retrying");
                     tokio::time::sleep(Duration::from_secs(1)).await;
                     continue;
                 }
+                cache.set_live(true);
                 loop {
-                    match listener.recv().await {
-                        Ok(n) => {
+                    match listener.try_recv().await {
+                        Ok(Some(n)) if n.channel() == CHANGE_CHANNEL => {
+                            match uuid::Uuid::parse_str(n.payload()) {
+                                Ok(org) => cache.forget(super::OrgId(org)),
+                                // Not ours to parse: forget everything.
+                                Err(_) => cache.flush(),
+                            }
+                        }
+                        Ok(Some(n)) => {
                             if let Some(ev) = super::ModeEvent::parse(n.payload()) {
                                 // No subscriber is not an error.
                                 let _ = bus.send(ev);
                             }
                         }
+                        // The connection dropped: notifications may have
+                        // been missed, so nothing cached can be trusted.
+                        Ok(None) => {
+                            cache.set_live(false);
+                            tracing::warn!("replica listener: connection lost; reconnecting");
+                            break;
+                        }
                         Err(e) => {
-                            tracing::warn!(error = %e, "mode relay: connection lost; reconnecting");
+                            cache.set_live(false);
+                            tracing::warn!(error = %e, "replica listener: connection lost; reconnecting");
                             break;
                         }
                     }
@@ -82,11 +121,17 @@ super::statements::statements!(sqlx::Postgres);
 
 super::sql::store_impl!(PostgresStore, sqlx::Postgres, {
     async fn announce_mode(&self, event: &super::ModeEvent) -> StoreResult<bool> {
-        self.notify_mode(event).await?;
+        self.notify(MODE_CHANNEL, &event.payload()).await?;
         Ok(true)
     }
 
-    fn relay_modes(&self, bus: tokio::sync::broadcast::Sender<super::ModeEvent>) {
-        self.spawn_relay(bus)
+    /// Commits overlap on the server (its own group commit shares the
+    /// flushes), so a batch need not wait for the previous one.
+    fn concurrent_writers(&self) -> usize {
+        4
+    }
+
+    fn listen(&self, bus: tokio::sync::broadcast::Sender<super::ModeEvent>) {
+        self.spawn_listener(bus)
     }
 });

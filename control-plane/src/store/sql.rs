@@ -53,17 +53,26 @@ macro_rules! store_impl {
                 };
                 insert_audit(&mut *tx, &audit).await?;
                 tx.commit().await.map_err(map_err)?;
+                self.changed(key.org).await;
                 Ok(created)
             }
 
             async fn key_by_hash(&self, hash: &str) -> StoreResult<Option<ApiKey>> {
+                if let Some(key) = self.cache.key(hash) {
+                    return Ok(Some(key));
+                }
+                let ticket = self.cache.ticket();
                 let sql = format!("SELECT {KEY_COLUMNS} FROM api_keys WHERE key_hash = $1");
                 let row: Option<KeyRow> = sqlx::query_as(&sql)
                     .bind(hash)
                     .fetch_optional(&self.pool)
                     .await
                     .map_err(map_err)?;
-                row.map(ApiKey::try_from).transpose()
+                let key = row.map(ApiKey::try_from).transpose()?;
+                if let Some(k) = &key {
+                    self.cache.fill_key(ticket, k);
+                }
+                Ok(key)
             }
 
             async fn key(&self, org: OrgId, id: KeyId) -> StoreResult<Option<ApiKey>> {
@@ -121,6 +130,7 @@ macro_rules! store_impl {
                 .map_err(map_err)?;
                 insert_audit(&mut *tx, &audit).await?;
                 tx.commit().await.map_err(map_err)?;
+                self.changed(org).await;
                 Ok(created)
             }
 
@@ -135,6 +145,7 @@ macro_rules! store_impl {
                 .execute(&self.pool)
                 .await
                 .map_err(map_err)?;
+                self.changed(org).await;
                 Ok(done.rows_affected() > 0)
             }
 
@@ -190,6 +201,7 @@ macro_rules! store_impl {
                 bump_revision(&mut *tx, org).await?;
                 let rule = rule_in(&mut *tx, org, RuleId(id)).await?;
                 tx.commit().await.map_err(map_err)?;
+                self.changed(org).await;
                 rule.ok_or_else(|| super::StoreError::Corrupt("rule vanished after insert".into()))
             }
 
@@ -234,6 +246,7 @@ macro_rules! store_impl {
                 bump_revision(&mut *tx, org).await?;
                 let rule = rule_in(&mut *tx, org, RuleId(r.id)).await?;
                 tx.commit().await.map_err(map_err)?;
+                self.changed(org).await;
                 Ok(rule)
             }
 
@@ -249,6 +262,7 @@ macro_rules! store_impl {
                     bump_revision(&mut *tx, org).await?;
                 }
                 tx.commit().await.map_err(map_err)?;
+                self.changed(org).await;
                 Ok(done.rows_affected() > 0)
             }
 
@@ -276,10 +290,15 @@ macro_rules! store_impl {
                 bump_revision(&mut *tx, org).await?;
                 let rule = rule_in(&mut *tx, org, id).await?;
                 tx.commit().await.map_err(map_err)?;
+                self.changed(org).await;
                 Ok(rule)
             }
 
             async fn ensure_settings(&self, org: OrgId, now: DateTime<Utc>) -> StoreResult<(Settings, bool)> {
+                if let Some(settings) = self.cache.settings(org) {
+                    return Ok((settings, false));
+                }
+                let ticket = self.cache.ticket();
                 // The common case reads only: the row exists.
                 let existing: Option<SettingsRow> = sqlx::query_as("SELECT id, doc, created_at, updated_at FROM settings WHERE org_id = $1")
                     .bind(org.0)
@@ -287,7 +306,9 @@ macro_rules! store_impl {
                     .await
                     .map_err(map_err)?;
                 if let Some(row) = existing {
-                    return Ok((Settings::try_from(row)?, false));
+                    let settings = Settings::try_from(row)?;
+                    self.cache.fill_settings(ticket, org, &settings);
+                    return Ok((settings, false));
                 }
                 let inserted = sqlx::query(
                     "INSERT INTO settings (org_id, id, doc, created_at, updated_at) VALUES ($1, $2, $3, $4, $4) \
@@ -305,6 +326,7 @@ macro_rules! store_impl {
                     .fetch_one(&self.pool)
                     .await
                     .map_err(map_err)?;
+                self.changed(org).await;
                 Ok((Settings::try_from(row)?, inserted.rows_affected() == 1))
             }
 
@@ -318,6 +340,7 @@ macro_rules! store_impl {
                 .fetch_one(&self.pool)
                 .await
                 .map_err(map_err)?;
+                self.changed(org).await;
                 Settings::try_from(row)
             }
 
@@ -336,11 +359,15 @@ macro_rules! store_impl {
                     .fetch_one(&self.pool)
                     .await
                     .map_err(map_err)?;
+                self.changed(org).await;
                 Agent::try_from(row)
             }
 
             async fn provision_agent(&self, org: OrgId, agent_id: &str, mode: Option<warden_engine::model::AgentMode>, doc: &AgentDoc, now: DateTime<Utc>) -> StoreResult<Agent> {
-                sqlx::query(
+                if let Some(Some(agent)) = self.cache.agent(org, agent_id) {
+                    return Ok(agent);
+                }
+                let inserted = sqlx::query(
                     "INSERT INTO agents (id, org_id, agent_id, mode, doc, deleted_at, created_at, updated_at) \
                      VALUES ($1, $2, $3, $4, $5, NULL, $6, $6) ON CONFLICT (org_id, agent_id) DO NOTHING",
                 )
@@ -353,6 +380,9 @@ macro_rules! store_impl {
                 .execute(&self.pool)
                 .await
                 .map_err(map_err)?;
+                if inserted.rows_affected() > 0 {
+                    self.changed(org).await;
+                }
                 self.agent_by_agent_id(org, agent_id)
                     .await?
                     .ok_or_else(|| super::StoreError::Corrupt("agent vanished after insert".into()))
@@ -365,9 +395,15 @@ macro_rules! store_impl {
             }
 
             async fn agent_by_agent_id(&self, org: OrgId, agent_id: &str) -> StoreResult<Option<Agent>> {
+                if let Some(agent) = self.cache.agent(org, agent_id) {
+                    return Ok(agent);
+                }
+                let ticket = self.cache.ticket();
                 let sql = format!("SELECT {AGENT_COLUMNS} FROM agents WHERE agent_id = $1 AND org_id = $2");
                 let row: Option<AgentRow> = sqlx::query_as(&sql).bind(agent_id).bind(org.0).fetch_optional(&self.pool).await.map_err(map_err)?;
-                row.map(Agent::try_from).transpose()
+                let agent = row.map(Agent::try_from).transpose()?;
+                self.cache.fill_agent(ticket, org, agent_id, agent.as_ref());
+                Ok(agent)
             }
 
             async fn list_agents(&self, org: OrgId, page: Page) -> StoreResult<(Vec<Agent>, u64)> {
@@ -400,20 +436,23 @@ macro_rules! store_impl {
                     .fetch_optional(&self.pool)
                     .await
                     .map_err(map_err)?;
+                self.changed(org).await;
                 row.map(Agent::try_from).transpose()
             }
 
             async fn rules_revision(&self, org: OrgId) -> StoreResult<i64> {
+                if let Some(revision) = self.cache.revision(org) {
+                    return Ok(revision);
+                }
+                let ticket = self.cache.ticket();
                 let row: Option<(i64,)> = sqlx::query_as("SELECT value FROM counters WHERE org_id = $1 AND name = 'rules_revision'")
                     .bind(org.0)
                     .fetch_optional(&self.pool)
                     .await
                     .map_err(map_err)?;
-                Ok(row.map_or(0, |r| r.0))
-            }
-
-            async fn insert_action_decision(&self, d: &ActionDecision) -> StoreResult<()> {
-                insert_action_decision_in(&self.pool, d, false).await
+                let revision = row.map_or(0, |r| r.0);
+                self.cache.fill_revision(ticket, org, revision);
+                Ok(revision)
             }
 
             async fn action_decision(&self, org: OrgId, id: Uuid) -> StoreResult<Option<ActionDecision>> {
@@ -422,45 +461,28 @@ macro_rules! store_impl {
                 row.map(ActionDecision::try_from).transpose()
             }
 
-            async fn insert_retrieval_decision(&self, d: &RetrievalDecision) -> StoreResult<()> {
-                insert_retrieval_decision_in(&self.pool, d).await
-            }
-
             async fn insert_retrieval_with_hitl(&self, d: &RetrievalDecision, item: &HitlItem) -> StoreResult<()> {
                 let mut tx = self.pool.begin().await.map_err(map_err)?;
-                insert_retrieval_decision_in(&mut *tx, d).await?;
+                insert_retrieval_decisions_in(&mut tx, &[d]).await?;
                 insert_hitl_in(&mut *tx, item).await?;
                 tx.commit().await.map_err(map_err)?;
                 Ok(())
             }
 
-            async fn insert_decisions(&self, actions: &[(ActionDecision, Option<HitlItem>)], retrievals: &[RetrievalDecision]) -> StoreResult<()> {
+            async fn insert_decisions(&self, actions: &[&ActionDecision], gates: &[&HitlItem], retrievals: &[&RetrievalDecision]) -> StoreResult<()> {
                 let mut tx = self.pool.begin().await.map_err(map_err)?;
-                for (d, gate) in actions {
-                    insert_action_decision_in(&mut *tx, d, false).await?;
-                    if let Some(g) = gate {
-                        insert_hitl_in(&mut *tx, g).await?;
-                    }
+                insert_action_decisions_in(&mut tx, actions, false).await?;
+                // After the decisions: a gate refers to its decision.
+                for gate in gates {
+                    insert_hitl_in(&mut *tx, gate).await?;
                 }
-                for d in retrievals {
-                    insert_retrieval_decision_in(&mut *tx, d).await?;
-                }
+                insert_retrieval_decisions_in(&mut tx, retrievals).await?;
                 tx.commit().await.map_err(map_err)?;
                 Ok(())
             }
 
             async fn insert_hitl(&self, item: &HitlItem) -> StoreResult<bool> {
                 insert_hitl_in(&self.pool, item).await
-            }
-
-            async fn insert_decision_with_hitl(&self, d: &ActionDecision, item: &HitlItem) -> StoreResult<()> {
-                // One transaction: an approval gate never exists without its
-                // decision, nor a gated decision without its item.
-                let mut tx = self.pool.begin().await.map_err(map_err)?;
-                insert_action_decision_in(&mut *tx, d, false).await?;
-                insert_hitl_in(&mut *tx, item).await?;
-                tx.commit().await.map_err(map_err)?;
-                Ok(())
             }
 
             async fn hitl(&self, org: OrgId, id: Uuid) -> StoreResult<Option<HitlItem>> {
@@ -567,9 +589,8 @@ macro_rules! store_impl {
                 // that read first could not upgrade to writing after another
                 // connection wrote (SQLITE_BUSY_SNAPSHOT).
                 let mut tx = self.pool.begin().await.map_err(map_err)?;
-                for d in decisions {
-                    insert_action_decision_in(&mut *tx, d, true).await?;
-                }
+                let rows: Vec<&ActionDecision> = decisions.iter().collect();
+                insert_action_decisions_in(&mut tx, &rows, true).await?;
                 for g in gaps {
                     insert_hitl_in(&mut *tx, g).await?;
                 }

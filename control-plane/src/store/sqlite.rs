@@ -1,6 +1,7 @@
 //! The SQLite backend: the embedded default. One file, WAL mode, no set-up.
 
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::sqlite::{
@@ -11,6 +12,7 @@ use sqlx::sqlite::{
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
     pool: SqlitePool,
+    cache: Arc<super::cache::ReadCache>,
 }
 
 impl SqliteStore {
@@ -25,6 +27,10 @@ impl SqliteStore {
             // consistent across power loss (the last commits may roll back).
             .synchronous(SqliteSynchronous::Normal)
             .foreign_keys(true)
+            // Pages are read through a memory map instead of a read(2) per
+            // page: every commit by one connection empties the page caches of
+            // the others, so the hot pages are read again often.
+            .pragma("mmap_size", "268435456")
             .busy_timeout(Duration::from_secs(5));
         let pool = SqlitePoolOptions::new()
             .max_connections(8)
@@ -32,7 +38,17 @@ impl SqliteStore {
             .await
             .map_err(super::statements::map_err)?;
         sqlx::migrate!("migrations/sqlite").run(&pool).await?;
-        Ok(SqliteStore { pool })
+        Ok(SqliteStore {
+            pool,
+            // Serves at once: this process sees its own writes, and another
+            // process's (the `keys` CLI) within the cache's `MAX_AGE`.
+            cache: Arc::new(super::cache::ReadCache::new(true)),
+        })
+    }
+
+    /// After a write to `org`'s keys, agents, settings or rules commits.
+    async fn changed(&self, org: super::OrgId) {
+        self.cache.forget(org);
     }
 }
 

@@ -74,6 +74,30 @@ pub(super) fn audit_where(f: &super::AuditFilter, action_log: bool) -> (String, 
 }
 
 /// Maps a driver error, turning unique violations into conflicts.
+/// The most rows one multi-row `INSERT` carries.
+const MAX_ROWS_PER_STATEMENT: usize = 64;
+
+/// Splits a batch of rows into chunks whose sizes are powers of two (at most
+/// [`MAX_ROWS_PER_STATEMENT`]): a multi-row `INSERT` then has at most seven
+/// shapes, which the connection's prepared-statement cache keeps, instead of
+/// one new statement per batch size.
+pub(super) fn row_chunks<T>(rows: &[T]) -> impl Iterator<Item = &[T]> {
+    let mut rest = rows;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let n = if rest.len() >= MAX_ROWS_PER_STATEMENT {
+            MAX_ROWS_PER_STATEMENT
+        } else {
+            1 << rest.len().ilog2()
+        };
+        let (chunk, tail) = rest.split_at(n);
+        rest = tail;
+        Some(chunk)
+    })
+}
+
 pub(super) fn map_err(e: sqlx::Error) -> super::StoreError {
     match &e {
         sqlx::Error::Database(db) if db.is_unique_violation() => {
@@ -92,7 +116,7 @@ macro_rules! statements {
         use warden_engine::model::{Bypass, Facet, Rule};
 
         use super::rows::{ActionDecisionRow, RetrievalDecisionRow, HitlRow, AgentRow, AuditRow, IdemRow, KeyRow, OrgRow, RuleRow, SettingsRow, names};
-        use super::statements::{FilterValue, audit_where, KEY_COLUMNS, RULE_FIELDS, facets_json, map_err, rule_columns};
+        use super::statements::{FilterValue, audit_where, KEY_COLUMNS, RULE_FIELDS, facets_json, map_err, row_chunks, rule_columns};
         use super::{
             ApiKey, AuditEntry, IdemClaim, IdemKey, IdemRecord, KeyId, NewKey, OrgId, Organization,
             Page, Retire, RuleId, Store, StoreResult, Settings, SettingsDoc, Agent, AgentDoc, ActionDecision,
@@ -234,44 +258,48 @@ macro_rules! statements {
             Ok(done.rows_affected() == 1)
         }
 
-        /// Inserts a decision; with `replay_ok`, an id already stored is left
-        /// alone (a re-sent telemetry item) instead of being an error.
-        async fn insert_action_decision_in<'c, E>(exec: E, d: &ActionDecision, replay_ok: bool) -> StoreResult<()>
-        where
-            E: sqlx::Executor<'c, Database = $db>,
-        {
-            let sql = format!(
-                "INSERT INTO action_decisions ({ACTION_DECISION_COLUMNS}) VALUES \
-                 ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23){}",
-                if replay_ok { " ON CONFLICT (id) DO NOTHING" } else { "" }
-            );
-            sqlx::query(&sql)
-                .bind(d.id)
-                .bind(d.org.0)
-                .bind(&d.agent_id)
-                .bind(&d.target_app)
-                .bind(&d.action)
-                .bind(json_text(&d.context))
-                .bind(d.decision.as_str())
-                .bind(d.would_decide.map(|w| w.as_str()))
-                .bind(&d.reason)
-                .bind(d.reason_code.map(|c| c.as_str()))
-                .bind(d.rule_id)
-                .bind(&d.rule_code)
-                .bind(d.enforced)
-                .bind(d.agent_mode.as_str())
-                .bind(json_text(&d.floor_detectors))
-                .bind(&d.source)
-                .bind(&d.hitl_result)
-                .bind(d.hitl_responded_at)
-                .bind(&d.hitl_responded_by)
-                .bind(&d.execution_result)
-                .bind(d.execution_completed_at)
-                .bind(&d.execution_details)
-                .bind(d.created_at)
-                .execute(exec)
-                .await
-                .map_err(map_err)?;
+        /// Inserts decisions, as few statements as the batch allows (see
+        /// `row_chunks`); with `replay_ok`, an id already stored is left alone
+        /// (a re-sent telemetry item) instead of being an error.
+        async fn insert_action_decisions_in(
+            conn: &mut <$db as sqlx::Database>::Connection,
+            rows: &[&ActionDecision],
+            replay_ok: bool,
+        ) -> StoreResult<()> {
+            for chunk in row_chunks(rows) {
+                let mut q = sqlx::QueryBuilder::<$db>::new(format!(
+                    "INSERT INTO action_decisions ({ACTION_DECISION_COLUMNS}) "
+                ));
+                q.push_values(chunk, |mut b, d| {
+                    b.push_bind(d.id)
+                        .push_bind(d.org.0)
+                        .push_bind(&d.agent_id)
+                        .push_bind(&d.target_app)
+                        .push_bind(&d.action)
+                        .push_bind(json_text(&d.context))
+                        .push_bind(d.decision.as_str())
+                        .push_bind(d.would_decide.map(|w| w.as_str()))
+                        .push_bind(&d.reason)
+                        .push_bind(d.reason_code.map(|c| c.as_str()))
+                        .push_bind(d.rule_id)
+                        .push_bind(&d.rule_code)
+                        .push_bind(d.enforced)
+                        .push_bind(d.agent_mode.as_str())
+                        .push_bind(json_text(&d.floor_detectors))
+                        .push_bind(&d.source)
+                        .push_bind(&d.hitl_result)
+                        .push_bind(d.hitl_responded_at)
+                        .push_bind(&d.hitl_responded_by)
+                        .push_bind(&d.execution_result)
+                        .push_bind(d.execution_completed_at)
+                        .push_bind(&d.execution_details)
+                        .push_bind(d.created_at);
+                });
+                if replay_ok {
+                    q.push(" ON CONFLICT (id) DO NOTHING");
+                }
+                q.build().execute(&mut *conn).await.map_err(map_err)?;
+            }
             Ok(())
         }
 
@@ -294,37 +322,39 @@ macro_rules! statements {
              query, surface, trust_tier, decision, would_decide, reason, reason_code, rule_id, enforced, agent_mode, \
              floor_detectors, created_at";
 
-        async fn insert_retrieval_decision_in<'c, E>(exec: E, d: &RetrievalDecision) -> StoreResult<()>
-        where
-            E: sqlx::Executor<'c, Database = $db>,
-        {
-            sqlx::query(
-                "INSERT INTO retrieval_decisions (id, org_id, agent_id, operation, resource_type, resource_metadata, \
-                 query, surface, trust_tier, decision, would_decide, reason, reason_code, rule_id, enforced, agent_mode, \
-                 floor_detectors, created_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
-            )
-            .bind(d.id)
-            .bind(d.org.0)
-            .bind(&d.agent_id)
-            .bind(&d.operation)
-            .bind(&d.resource_type)
-            .bind(json_text(&d.resource_metadata))
-            .bind(&d.query)
-            .bind(&d.surface)
-            .bind(&d.trust_tier)
-            .bind(d.decision.as_str())
-            .bind(d.would_decide.map(|w| w.as_str()))
-            .bind(&d.reason)
-            .bind(d.reason_code.as_str())
-            .bind(d.rule_id)
-            .bind(d.enforced)
-            .bind(d.agent_mode.as_str())
-            .bind(json_text(&d.floor_detectors))
-            .bind(d.created_at)
-            .execute(exec)
-            .await
-            .map_err(map_err)?;
+        /// Inserts retrieval decisions, as few statements as the batch allows.
+        async fn insert_retrieval_decisions_in(
+            conn: &mut <$db as sqlx::Database>::Connection,
+            rows: &[&RetrievalDecision],
+        ) -> StoreResult<()> {
+            for chunk in row_chunks(rows) {
+                let mut q = sqlx::QueryBuilder::<$db>::new(
+                    "INSERT INTO retrieval_decisions (id, org_id, agent_id, operation, resource_type, resource_metadata, \
+                     query, surface, trust_tier, decision, would_decide, reason, reason_code, rule_id, enforced, agent_mode, \
+                     floor_detectors, created_at) ",
+                );
+                q.push_values(chunk, |mut b, d| {
+                    b.push_bind(d.id)
+                        .push_bind(d.org.0)
+                        .push_bind(&d.agent_id)
+                        .push_bind(&d.operation)
+                        .push_bind(&d.resource_type)
+                        .push_bind(json_text(&d.resource_metadata))
+                        .push_bind(&d.query)
+                        .push_bind(&d.surface)
+                        .push_bind(&d.trust_tier)
+                        .push_bind(d.decision.as_str())
+                        .push_bind(d.would_decide.map(|w| w.as_str()))
+                        .push_bind(&d.reason)
+                        .push_bind(d.reason_code.as_str())
+                        .push_bind(d.rule_id)
+                        .push_bind(d.enforced)
+                        .push_bind(d.agent_mode.as_str())
+                        .push_bind(json_text(&d.floor_detectors))
+                        .push_bind(d.created_at);
+                });
+                q.build().execute(&mut *conn).await.map_err(map_err)?;
+            }
             Ok(())
         }
 
@@ -377,3 +407,20 @@ macro_rules! statements {
 }
 
 pub(super) use statements;
+
+#[cfg(test)]
+mod tests {
+    use super::row_chunks;
+
+    #[test]
+    fn batches_split_into_power_of_two_chunks() {
+        let sizes = |n: usize| -> Vec<usize> {
+            let rows = vec![0u8; n];
+            row_chunks(&rows).map(<[u8]>::len).collect()
+        };
+        assert_eq!(sizes(0), Vec::<usize>::new());
+        assert_eq!(sizes(1), vec![1]);
+        assert_eq!(sizes(37), vec![32, 4, 1]);
+        assert_eq!(sizes(200), vec![64, 64, 64, 8]);
+    }
+}

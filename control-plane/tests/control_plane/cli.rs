@@ -5,7 +5,7 @@ use std::process::Command;
 
 use super::support::{Backend, TestDb};
 
-fn cli(db: &str, args: &[&str]) -> (bool, String, String) {
+pub(super) fn cli(db: &str, args: &[&str]) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_warden-control-plane"))
         .args(args)
         .env("WARDEN_DATABASE_URL", db)

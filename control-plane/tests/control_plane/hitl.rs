@@ -260,7 +260,7 @@ async fn lapsed_gates_time_out_and_gaps_take_their_own_answers(backend: Backend)
         None,
     );
     srv.store
-        .insert_decision_with_hitl(&decision(org, id), &gate)
+        .insert_decisions(&[&decision(org, id)], &[&gate], &[])
         .await
         .unwrap();
     let (_, rec) = send(

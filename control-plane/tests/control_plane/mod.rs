@@ -2,6 +2,7 @@ mod agents;
 mod audit;
 mod auth;
 mod bundles;
+mod cache;
 mod cli;
 mod envelope;
 mod evaluate;

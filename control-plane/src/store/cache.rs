@@ -1,0 +1,280 @@
+//! The read cache: what every evaluation reads before it decides (the key
+//! by its hash, the agent, the organization's settings and its rules
+//! revision), kept in memory so that the hot path does not ask the
+//! database four questions per request.
+//!
+//! Correctness rests on three rules:
+//! - **Every write that changes one of these forgets its organization**
+//!   (`forget`), after its commit. The backends call it from each such
+//!   method; PostgreSQL also tells every other replica (`NOTIFY`), whose
+//!   listener forgets the organization there too.
+//! - **A read that raced with a write is not cached.** A reader takes a
+//!   ticket (the write counter) before it asks the database and fills the
+//!   cache only if no write happened since; otherwise it answers uncached.
+//! - **Nothing is trusted for long**: an entry older than [`MAX_AGE`] is
+//!   read again, so a change the process was not told about (another
+//!   process writing the same SQLite file, a lost notification) is seen
+//!   within that bound. PostgreSQL's cache is off while its listener is
+//!   not connected (`set_live`), and emptied whenever the listener drops.
+//!
+//! Negative answers are cached for agents (an unknown agent's retrieval)
+//! but never for keys: a flood of wrong keys must not evict right ones.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use super::{Agent, ApiKey, OrgId, Settings};
+
+/// The longest an entry is used without reading it again.
+pub(super) const MAX_AGE: Duration = Duration::from_secs(1);
+
+/// The cache empties itself past this many entries of one kind.
+const MAX_ENTRIES: usize = 100_000;
+
+/// The write counter when a read began; see [`ReadCache::ticket`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Ticket(u64);
+
+/// The read cache of one store.
+#[derive(Debug)]
+pub(super) struct ReadCache {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    live: bool,
+    /// Bumped by every `forget` and `flush`.
+    writes: u64,
+    /// The write counter at each organization's last change.
+    changed: HashMap<OrgId, u64>,
+    keys: HashMap<String, Entry<ApiKey>>,
+    agents: HashMap<(OrgId, String), Entry<Option<Agent>>>,
+    settings: HashMap<OrgId, Entry<Settings>>,
+    revisions: HashMap<OrgId, Entry<i64>>,
+}
+
+#[derive(Debug)]
+struct Entry<T> {
+    org: OrgId,
+    /// The organization's change counter when the entry was filled.
+    version: u64,
+    at: Instant,
+    value: T,
+}
+
+impl Inner {
+    fn version(&self, org: OrgId) -> u64 {
+        self.changed.get(&org).copied().unwrap_or(0)
+    }
+
+    fn fresh<T>(&self, entry: &Entry<T>) -> bool {
+        self.live && entry.version == self.version(entry.org) && entry.at.elapsed() < MAX_AGE
+    }
+
+    /// Whether a read that took `ticket` may fill the cache now.
+    fn admits(&self, ticket: Ticket) -> bool {
+        self.live && self.writes == ticket.0
+    }
+
+    fn entry<T>(&self, org: OrgId, value: T) -> Entry<T> {
+        Entry {
+            org,
+            version: self.version(org),
+            at: Instant::now(),
+            value,
+        }
+    }
+
+    fn clear(&mut self) {
+        self.writes += 1;
+        self.changed.clear();
+        self.keys.clear();
+        self.agents.clear();
+        self.settings.clear();
+        self.revisions.clear();
+    }
+
+    fn crowded(&self) -> bool {
+        self.keys.len() >= MAX_ENTRIES
+            || self.agents.len() >= MAX_ENTRIES
+            || self.settings.len() >= MAX_ENTRIES
+            || self.revisions.len() >= MAX_ENTRIES
+    }
+}
+
+impl ReadCache {
+    /// A cache that serves at once (`live`) or only after [`ReadCache::set_live`].
+    pub(super) fn new(live: bool) -> ReadCache {
+        ReadCache {
+            inner: Mutex::new(Inner {
+                live,
+                writes: 0,
+                changed: HashMap::new(),
+                keys: HashMap::new(),
+                agents: HashMap::new(),
+                settings: HashMap::new(),
+                revisions: HashMap::new(),
+            }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Turns the cache on, or off and empty (a PostgreSQL listener that is
+    /// not connected cannot hear other replicas' writes).
+    pub(super) fn set_live(&self, live: bool) {
+        let mut inner = self.lock();
+        inner.clear();
+        inner.live = live;
+    }
+
+    /// Forgets everything.
+    pub(super) fn flush(&self) {
+        self.lock().clear();
+    }
+
+    /// Forgets everything cached for `org`: call after a write commits.
+    pub(super) fn forget(&self, org: OrgId) {
+        let mut inner = self.lock();
+        inner.writes += 1;
+        let writes = inner.writes;
+        inner.changed.insert(org, writes);
+    }
+
+    /// Take before reading the database; pass to the `fill_*` call after.
+    pub(super) fn ticket(&self) -> Ticket {
+        Ticket(self.lock().writes)
+    }
+
+    fn fill(&self, ticket: Ticket, put: impl FnOnce(&mut Inner)) {
+        let mut inner = self.lock();
+        if !inner.admits(ticket) {
+            return;
+        }
+        if inner.crowded() {
+            inner.clear();
+            return;
+        }
+        put(&mut inner);
+    }
+
+    pub(super) fn key(&self, hash: &str) -> Option<ApiKey> {
+        let inner = self.lock();
+        let e = inner.keys.get(hash)?;
+        inner.fresh(e).then(|| e.value.clone())
+    }
+
+    pub(super) fn fill_key(&self, ticket: Ticket, key: &ApiKey) {
+        self.fill(ticket, |inner| {
+            let e = inner.entry(key.org, key.clone());
+            inner.keys.insert(key.hash.clone(), e);
+        });
+    }
+
+    /// `Some(None)`: known not to exist.
+    pub(super) fn agent(&self, org: OrgId, agent_id: &str) -> Option<Option<Agent>> {
+        let inner = self.lock();
+        let e = inner.agents.get(&(org, agent_id.to_owned()))?;
+        inner.fresh(e).then(|| e.value.clone())
+    }
+
+    pub(super) fn fill_agent(
+        &self,
+        ticket: Ticket,
+        org: OrgId,
+        agent_id: &str,
+        agent: Option<&Agent>,
+    ) {
+        self.fill(ticket, |inner| {
+            let e = inner.entry(org, agent.cloned());
+            inner.agents.insert((org, agent_id.to_owned()), e);
+        });
+    }
+
+    pub(super) fn settings(&self, org: OrgId) -> Option<Settings> {
+        let inner = self.lock();
+        let e = inner.settings.get(&org)?;
+        inner.fresh(e).then(|| e.value.clone())
+    }
+
+    pub(super) fn fill_settings(&self, ticket: Ticket, org: OrgId, settings: &Settings) {
+        self.fill(ticket, |inner| {
+            let e = inner.entry(org, settings.clone());
+            inner.settings.insert(org, e);
+        });
+    }
+
+    pub(super) fn revision(&self, org: OrgId) -> Option<i64> {
+        let inner = self.lock();
+        let e = inner.revisions.get(&org)?;
+        inner.fresh(e).then_some(e.value)
+    }
+
+    pub(super) fn fill_revision(&self, ticket: Ticket, org: OrgId, revision: i64) {
+        self.fill(ticket, |inner| {
+            let e = inner.entry(org, revision);
+            inner.revisions.insert(org, e);
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn org() -> OrgId {
+        OrgId(uuid::Uuid::new_v4())
+    }
+
+    #[test]
+    fn serves_what_was_filled_until_the_organization_changes() {
+        let cache = ReadCache::new(true);
+        let (a, b) = (org(), org());
+        let t = cache.ticket();
+        cache.fill_revision(t, a, 7);
+        cache.fill_revision(t, b, 9);
+        assert_eq!(cache.revision(a), Some(7));
+        cache.forget(a);
+        assert_eq!(cache.revision(a), None);
+        // Another organization's write leaves b's entry alone.
+        assert_eq!(cache.revision(b), Some(9));
+    }
+
+    /// Guards the read/write race: a read that began before a write
+    /// committed must not put its (old) answer in the cache after it.
+    #[test]
+    fn a_read_that_raced_a_write_is_not_cached() {
+        let cache = ReadCache::new(true);
+        let a = org();
+        let t = cache.ticket();
+        cache.forget(org());
+        cache.fill_revision(t, a, 1);
+        assert_eq!(cache.revision(a), None);
+    }
+
+    #[test]
+    fn an_idle_cache_serves_nothing() {
+        let cache = ReadCache::new(false);
+        let a = org();
+        cache.fill_revision(cache.ticket(), a, 1);
+        assert_eq!(cache.revision(a), None);
+        cache.set_live(true);
+        cache.fill_revision(cache.ticket(), a, 2);
+        assert_eq!(cache.revision(a), Some(2));
+        cache.set_live(false);
+        assert_eq!(cache.revision(a), None);
+    }
+
+    #[test]
+    fn unknown_agents_are_remembered_as_unknown() {
+        let cache = ReadCache::new(true);
+        let a = org();
+        assert_eq!(cache.agent(a, "x").map(|o| o.is_none()), None);
+        cache.fill_agent(cache.ticket(), a, "x", None);
+        assert_eq!(cache.agent(a, "x").map(|o| o.is_none()), Some(true));
+    }
+}
