@@ -66,9 +66,31 @@ impl ClientState {
     /// bundle's mode counts as confirmed. On failure the bundle is refused
     /// (see [`ClientState::refuse`]) and the error returned.
     pub fn install(&mut self, json: &[u8]) -> Result<(), BundleError> {
+        let prepared = self.prepare(json);
+        self.apply(prepared)
+    }
+
+    /// The slow half of [`ClientState::install`]: parses and compiles a
+    /// bundle under a shared borrow, so that a sidecar keeps deciding with
+    /// the current bundle meanwhile. [`ClientState::apply`] then swaps it in.
+    pub fn prepare(&self, json: &[u8]) -> PreparedBundle {
         let result = bundle::parse(json)
-            .and_then(|b| bundle::load(&b, &self.cache).map(|set| (b.version, b.agent_mode, set)));
-        match result {
+            .and_then(|b| bundle::load(&b, &self.cache).map(|set| (b.version, b.agent_mode, set)))
+            .map_err(|e| {
+                // A refused bundle still tells the mode, when it can be read:
+                // a confirmed-enforcing agent must fail closed.
+                let mode = serde_json::from_slice::<Value>(json)
+                    .ok()
+                    .and_then(|v| v.get("agent_mode").cloned())
+                    .and_then(|m| serde_json::from_value(m).ok());
+                (e, mode)
+            });
+        PreparedBundle { result }
+    }
+
+    /// Installs a prepared bundle, or refuses it.
+    pub fn apply(&mut self, prepared: PreparedBundle) -> Result<(), BundleError> {
+        match prepared.result {
             Ok((version, mode, set)) => {
                 self.confirmed = Some(mode);
                 self.policy = Some(Arc::new(set));
@@ -76,13 +98,7 @@ impl ClientState {
                 self.refused = None;
                 Ok(())
             }
-            Err(e) => {
-                // A refused bundle still tells the mode, when it can be read:
-                // a confirmed-enforcing agent must fail closed.
-                let mode = serde_json::from_slice::<Value>(json)
-                    .ok()
-                    .and_then(|v| v.get("agent_mode").cloned())
-                    .and_then(|m| serde_json::from_value(m).ok());
+            Err((e, mode)) => {
                 self.refuse(e.clone(), mode);
                 Err(e)
             }
@@ -146,6 +162,25 @@ impl ClientState {
         }
     }
 
+    /// Decides a call whose payload could not be read (unparseable, over the
+    /// size limit): no rule can judge what it cannot see, so the call is
+    /// denied when the facet enforces (fail closed) and observed otherwise.
+    pub fn decide_unjudgeable(&self, facet: Facet, why: &str) -> Verdict {
+        let mode = match &self.policy {
+            Some(p) => p.mode(facet),
+            None => self.confirmed.unwrap_or(AgentMode::Monitor),
+        };
+        let mut v = Verdict::new(
+            facet,
+            Decision::Deny,
+            format!("{why}: the call cannot be judged; failing closed"),
+        );
+        if facet == Facet::Retrieval {
+            v.reason_code = Some(ReasonCode::DefaultDeny);
+        }
+        v.in_mode(mode)
+    }
+
     fn without_bundle(&self, facet: Facet) -> Verdict {
         let why = match &self.refused {
             Some(e) => format!("no runnable policy bundle ({e})"),
@@ -168,6 +203,13 @@ impl ClientState {
             Some(_) => v.in_mode(mode),
         }
     }
+}
+
+/// A bundle parsed and compiled by [`ClientState::prepare`], not yet
+/// installed.
+#[derive(Debug)]
+pub struct PreparedBundle {
+    result: Result<(String, AgentMode, PolicySet), (BundleError, Option<AgentMode>)>,
 }
 
 /// What became of a call whose verdict asks for masking.

@@ -252,3 +252,38 @@ fn unchanged_rules_are_not_recompiled_on_refresh() {
         &c.policy().unwrap().rules()[0]
     ));
 }
+
+/// A payload the sidecar cannot read is denied when enforcing and only
+/// observed in monitor mode: never forwarded as if judged.
+#[test]
+fn unjudgeable_calls_fail_closed_when_enforcing() {
+    let mut c = ClientState::new();
+    let json = serde_json::to_vec(&bundle_json(AgentMode::Enforce, &[])).unwrap();
+    c.install(&json).unwrap();
+    let v = c.decide_unjudgeable(Facet::Action, "body over 1048576 bytes");
+    assert_eq!((v.decision, v.enforced), (Decision::Deny, true));
+    assert!(v.reason.contains("body over"), "{}", v.reason);
+    c.set_mode(AgentMode::Monitor);
+    let v = c.decide_unjudgeable(Facet::Action, "body is not JSON");
+    assert_eq!(
+        (v.decision, v.enforced, v.would_decide),
+        (Decision::Permit, false, Some(Decision::Deny))
+    );
+}
+
+/// `prepare` then `apply` is `install`, split so that compiling happens
+/// under a shared borrow.
+#[test]
+fn a_prepared_bundle_installs_like_install() {
+    let mut c = ClientState::new();
+    let json = serde_json::to_vec(&bundle_json(AgentMode::Enforce, &[rule(DENY_RULE)])).unwrap();
+    let prepared = c.prepare(&json);
+    assert_eq!(c.bundle_version(), None, "nothing changes before apply");
+    c.apply(prepared).unwrap();
+    assert_eq!(
+        c.decide_action(&action("delete_repo")).decision,
+        Decision::Deny
+    );
+    assert!(c.apply(c.prepare(b"{")).is_err());
+    assert_eq!(c.bundle_version(), None, "a refused bundle is not run");
+}

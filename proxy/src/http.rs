@@ -1,0 +1,609 @@
+//! The HTTP route adapter: one governed HTTP tool API behind one listener.
+//!
+//! A request goes through the phases every adapter shares:
+//! accept → classify (which configured action, if any) → build input
+//! (the JSON body, the query and the path parameters become the action's
+//! `context`) → decide (the engine, locally) → apply (forward, rewrite
+//! masked arguments, block, or hold for approval) → filter response →
+//! report (telemetry, then the upstream's outcome).
+//!
+//! A body the sidecar cannot judge (not JSON, compressed, over the size
+//! limit) is never forwarded as if judged: the engine decides it as
+//! unjudgeable, which denies when enforcing.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::header::{self, HeaderMap, HeaderValue};
+use hyper::{Request, Response, StatusCode, Uri};
+use serde_json::{Map, Value, json};
+use warden_engine::Verdict;
+use warden_engine::client::{MaskOutcome, mask_or_block};
+use warden_engine::model::{ActionInput, Decision, Facet, HitlFallback};
+
+use crate::config::{Route, Unmatched};
+use crate::control::{ControlPlane, ExecutionEvent, TelemetryItem};
+use crate::governor::Governor;
+use crate::metrics::Metrics;
+use crate::route::first_match;
+use crate::telemetry::{Report, TelemetryQueue};
+
+/// Bodies both ways: buffered (judged) or streamed (passed through).
+pub type Body = http_body_util::combinators::BoxBody<Bytes, BoxError>;
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The upstream connection pool.
+pub type Upstream =
+    hyper_util::client::legacy::Client<hyper_util::client::legacy::connect::HttpConnector, Body>;
+
+/// How often a held call asks whether it was approved, and for how long
+/// (spec 4.2: every 2 s, at most 120 s).
+const APPROVAL_POLL: Duration = Duration::from_secs(2);
+const APPROVAL_WINDOW: Duration = Duration::from_secs(120);
+
+/// The largest `context` telemetry carries (spec 4.2).
+const MAX_TELEMETRY_CONTEXT: usize = 32 * 1024;
+
+/// What one route's requests need.
+#[derive(Debug)]
+pub struct RouteService {
+    pub route: Route,
+    pub agent_id: String,
+    pub max_body_bytes: usize,
+    pub governor: Arc<Governor>,
+    pub control: ControlPlane,
+    pub telemetry: Arc<TelemetryQueue>,
+    pub metrics: Arc<Metrics>,
+    pub upstream: Upstream,
+}
+
+pub fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into())
+        .map_err(|never| match never {})
+        .boxed()
+}
+
+/// A JSON answer from the sidecar itself, in the spec's error envelope.
+fn envelope(status: StatusCode, body: Value) -> Response<Body> {
+    let mut resp = Response::new(full(body.to_string()));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+fn blocked(verdict: &Verdict, decision_id: Option<uuid::Uuid>) -> Response<Body> {
+    envelope(
+        StatusCode::FORBIDDEN,
+        json!({
+            "error": "blocked by policy",
+            "code": "policy_denied",
+            "reason": verdict.reason,
+            "rule_code": verdict.rule_code,
+            "decision_id": decision_id,
+        }),
+    )
+}
+
+/// Where a `context` key came from, so a masked context can be written back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    Body,
+    Query,
+    Path,
+}
+
+/// The call as the engine sees it, and what is needed to rebuild it.
+#[derive(Debug)]
+struct Judged {
+    context: Map<String, Value>,
+    origins: BTreeMap<String, Origin>,
+    /// The body was a JSON object (else it was empty).
+    json_body: bool,
+}
+
+fn query_pairs(uri: &Uri) -> Vec<(String, String)> {
+    uri.query()
+        .map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect())
+        .unwrap_or_default()
+}
+
+/// The body, the query and the path parameters as one `context`, or why it
+/// cannot be judged.
+fn context_of(
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: &Bytes,
+    params: &BTreeMap<String, String>,
+) -> Result<Judged, String> {
+    let encoding = headers
+        .get(header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("identity");
+    if !encoding.eq_ignore_ascii_case("identity") {
+        return Err(format!("a {encoding}-encoded body"));
+    }
+    let mut context = Map::new();
+    let mut origins = BTreeMap::new();
+    let json_body = !body.iter().all(u8::is_ascii_whitespace);
+    if json_body {
+        match serde_json::from_slice::<Value>(body) {
+            Ok(Value::Object(fields)) => {
+                for (k, v) in fields {
+                    origins.insert(k.clone(), Origin::Body);
+                    context.insert(k, v);
+                }
+            }
+            Ok(_) => return Err("a JSON body that is not an object".to_owned()),
+            Err(_) => return Err("a body that is not JSON".to_owned()),
+        }
+    }
+    for (k, v) in query_pairs(uri) {
+        if !context.contains_key(&k) {
+            origins.insert(k.clone(), Origin::Query);
+            context.insert(k, Value::String(v));
+        }
+    }
+    for (k, v) in params {
+        if !context.contains_key(k) {
+            origins.insert(k.clone(), Origin::Path);
+            context.insert(k.clone(), Value::String(v.clone()));
+        }
+    }
+    Ok(Judged {
+        context,
+        origins,
+        json_body,
+    })
+}
+
+/// Writes a masked context back into the body and the query.
+fn rebuild(judged: &Judged, masked: &Value, uri: &Uri) -> (Bytes, Option<String>) {
+    let fields = masked.as_object().cloned().unwrap_or_default();
+    let pick = |origin: Origin| {
+        fields
+            .iter()
+            .filter(move |(k, _)| judged.origins.get(*k) == Some(&origin))
+    };
+    let body = if judged.json_body {
+        let object: Map<String, Value> = pick(Origin::Body)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        Bytes::from(Value::Object(object).to_string())
+    } else {
+        Bytes::new()
+    };
+    let query = uri.query().map(|_| {
+        let mut out = form_urlencoded::Serializer::new(String::new());
+        for (k, original) in query_pairs(uri) {
+            // Repeated keys keep their original values unless masked.
+            let value = match (judged.origins.get(&k), fields.get(&k)) {
+                (Some(Origin::Query), Some(Value::String(s))) => s.clone(),
+                (Some(Origin::Query), Some(v)) => v.to_string(),
+                _ => original,
+            };
+            out.append_pair(&k, &value);
+        }
+        out.finish()
+    });
+    (body, query)
+}
+
+/// Headers that describe one hop, never forwarded.
+const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    for name in HOP_BY_HOP {
+        headers.remove(*name);
+    }
+}
+
+/// The verdict's outcome after masking: the body to forward, or a block.
+enum Applied {
+    Forward(Bytes, Option<String>),
+    Block(Verdict),
+}
+
+impl RouteService {
+    /// Serves one request; never fails (errors become responses).
+    pub async fn handle(
+        self: Arc<Self>,
+        req: Request<Incoming>,
+    ) -> Result<Response<Body>, Infallible> {
+        Ok(self.govern(req).await)
+    }
+
+    async fn govern(&self, req: Request<Incoming>) -> Response<Body> {
+        let started = Instant::now();
+        // Classify.
+        let (parts, body) = req.into_parts();
+        let method = parts.method.as_str().to_ascii_uppercase();
+        let path = parts.uri.path().to_owned();
+        let matched = first_match(&self.route.rules, &method, &path);
+        let (action, params) = match (matched, self.route.unmatched) {
+            (Some(m), _) => (m.action, m.params),
+            (None, Unmatched::Govern) => (
+                format!("{} {path}", method.to_ascii_lowercase()),
+                BTreeMap::new(),
+            ),
+            (None, Unmatched::Forward) => {
+                let body = body.map_err(|e| Box::new(e) as BoxError).boxed();
+                return self.forward(parts, body, None).await.0;
+            }
+            (None, Unmatched::Deny) => {
+                return envelope(
+                    StatusCode::FORBIDDEN,
+                    json!({
+                        "error": format!("{method} {path} is not a configured action of {}", self.route.name),
+                        "code": "route_not_governed",
+                    }),
+                );
+            }
+        };
+
+        // Build input: the body is read whole, up to the limit.
+        let bytes = match Limited::new(body, self.max_body_bytes).collect().await {
+            Ok(b) => Ok(b.to_bytes()),
+            Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+                Err(format!("a body over {} bytes", self.max_body_bytes))
+            }
+            Err(_) => {
+                return envelope(
+                    StatusCode::BAD_REQUEST,
+                    json!({"error": "the request body could not be read", "code": "bad_request"}),
+                );
+            }
+        };
+        let judged = bytes
+            .as_ref()
+            .map_err(Clone::clone)
+            .and_then(|b| context_of(&parts.uri, &parts.headers, b, &params));
+
+        // Decide.
+        let input = ActionInput {
+            agent_id: self.agent_id.clone(),
+            target_app: self.route.name.clone(),
+            action,
+            context: judged
+                .as_ref()
+                .map(|j| Value::Object(j.context.clone()))
+                .unwrap_or_else(|_| json!({})),
+        };
+        let verdict = match &judged {
+            Ok(_) => self.governor.decide_action(&input),
+            Err(why) => self.governor.decide_unjudgeable(Facet::Action, why),
+        };
+        let decided_in = started.elapsed();
+        self.metrics.added(decided_in);
+        self.metrics.decision(
+            &self.route.name,
+            verdict.decision.as_str(),
+            verdict.enforced,
+        );
+
+        // Apply.
+        let applied = match (verdict.decision, &judged, &bytes) {
+            (Decision::Deny, _, _) => Applied::Block(verdict.clone()),
+            (Decision::Mask, Ok(j), _) => self.mask(&verdict, j, &parts.uri),
+            (Decision::ApprovalRequired, Ok(j), Ok(b)) => {
+                return self.hold(parts, b.clone(), j, &input, &verdict).await;
+            }
+            (_, Ok(_), Ok(b)) => Applied::Forward(b.clone(), None),
+            // Not judged yet passed (monitor, off): forward what arrived.
+            (_, Err(_), Ok(b)) => Applied::Forward(b.clone(), None),
+            (_, _, Err(_)) => Applied::Block(verdict.clone()),
+        };
+        let decision_id = uuid::Uuid::now_v7();
+        let report_context = self.report_context(&verdict, &input.context);
+        let (resp, execution) = match applied {
+            Applied::Block(v) => (blocked(&v, Some(decision_id)), None),
+            Applied::Forward(body, query) => {
+                let mut parts = parts;
+                if let Some(q) = query {
+                    parts.uri = with_query(&parts.uri, &q);
+                }
+                self.forward(parts, full(body), Some(decision_id)).await
+            }
+        };
+
+        // Report.
+        if verdict.evaluated {
+            self.telemetry.push(Report {
+                item: self.item(decision_id, &input, &verdict, decided_in, report_context),
+                execution,
+            });
+        }
+        resp
+    }
+
+    /// `mask`: rewrites the named arguments, or blocks if it cannot.
+    fn mask(&self, verdict: &Verdict, judged: &Judged, uri: &Uri) -> Applied {
+        let mut masked = Value::Object(judged.context.clone());
+        match mask_or_block(verdict, &mut masked) {
+            MaskOutcome::Masked(_) => {
+                let (body, query) = rebuild(judged, &masked, uri);
+                Applied::Forward(body, query)
+            }
+            MaskOutcome::Blocked(why) => {
+                let mut v = verdict.clone();
+                v.decision = Decision::Deny;
+                v.reason = format!("masking failed ({why}); blocked");
+                Applied::Block(v)
+            }
+        }
+    }
+
+    /// `approval_required`: asks the control plane, which opens the approval
+    /// item, then polls until a human answers or the window lapses; the
+    /// rule's `hitl_fallback` (absent: deny) decides a rejection, a timeout
+    /// or an unreachable control plane.
+    async fn hold(
+        &self,
+        parts: hyper::http::request::Parts,
+        body: Bytes,
+        judged: &Judged,
+        input: &ActionInput,
+        verdict: &Verdict,
+    ) -> Response<Body> {
+        let remote = self
+            .control
+            .evaluate(&input.target_app, &input.action, &input.context)
+            .await;
+        let (id, approved) = match remote {
+            Ok(d) if d.decision == "permit" => (Some(d.decision_id), true),
+            Ok(d) if d.decision == "approval_required" => (
+                Some(d.decision_id),
+                self.await_approval(d.decision_id).await,
+            ),
+            Ok(d) => (Some(d.decision_id), false),
+            Err(e) => {
+                tracing::warn!(error = %e, "approval: control plane unreachable; applying the fallback");
+                (None, false)
+            }
+        };
+        let applied = if approved {
+            Applied::Forward(body, None)
+        } else {
+            match verdict.hitl_fallback.unwrap_or(HitlFallback::Deny) {
+                HitlFallback::Mask => self.mask(verdict, judged, &parts.uri),
+                HitlFallback::Deny => {
+                    let mut v = verdict.clone();
+                    v.decision = Decision::Deny;
+                    v.reason = format!("not approved: {}", verdict.reason);
+                    Applied::Block(v)
+                }
+            }
+        };
+        match applied {
+            Applied::Block(v) => blocked(&v, id),
+            Applied::Forward(body, query) => {
+                let mut parts = parts;
+                if let Some(q) = query {
+                    parts.uri = with_query(&parts.uri, &q);
+                }
+                let (resp, execution) = self.forward(parts, full(body), id).await;
+                // The control plane stored this decision itself: only its
+                // outcome is reported.
+                if let Some(event) = execution {
+                    let control = self.control.clone();
+                    tokio::spawn(async move {
+                        if let Err(e) = control.execution(&event).await {
+                            tracing::warn!(error = %e, "execution event not delivered");
+                        }
+                    });
+                }
+                resp
+            }
+        }
+    }
+
+    async fn await_approval(&self, id: uuid::Uuid) -> bool {
+        let deadline = Instant::now() + APPROVAL_WINDOW;
+        while Instant::now() < deadline {
+            match self.control.hitl_result(id).await {
+                Ok(Some(result)) => return result == "approved",
+                Ok(None) => {}
+                Err(e) => tracing::warn!(error = %e, "approval poll failed; retrying"),
+            }
+            tokio::time::sleep(APPROVAL_POLL).await;
+        }
+        false
+    }
+
+    /// Sends a call upstream; the response and, for a reported decision, its
+    /// execution outcome.
+    async fn forward(
+        &self,
+        mut parts: hyper::http::request::Parts,
+        body: Body,
+        decision_id: Option<uuid::Uuid>,
+    ) -> (Response<Body>, Option<ExecutionEvent>) {
+        let base = &self.route.upstream;
+        let path_and_query = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        let base_path = base.path().trim_end_matches('/');
+        let target = format!(
+            "{}://{}{base_path}{path_and_query}",
+            base.scheme_str().unwrap_or("http"),
+            base.authority().map_or("", |a| a.as_str()),
+        );
+        let Ok(uri) = target.parse::<Uri>() else {
+            return (
+                envelope(
+                    StatusCode::BAD_REQUEST,
+                    json!({"error": "the request target is not valid", "code": "bad_request"}),
+                ),
+                None,
+            );
+        };
+        strip_hop_by_hop(&mut parts.headers);
+        // The body may have been rewritten: its length is the new body's.
+        parts.headers.remove(header::CONTENT_LENGTH);
+        if let Some(authority) = base.authority()
+            && let Ok(host) = HeaderValue::from_str(authority.as_str())
+        {
+            parts.headers.insert(header::HOST, host);
+        }
+        parts.uri = uri;
+        let req = Request::from_parts(parts, body);
+        match self.upstream.request(req).await {
+            Ok(resp) => {
+                let status = resp.status();
+                let (mut parts, body) = resp.into_parts();
+                strip_hop_by_hop(&mut parts.headers);
+                let body = body.map_err(|e| Box::new(e) as BoxError).boxed();
+                let execution = decision_id.map(|id| ExecutionEvent {
+                    decision_id: id,
+                    result: if status.is_success() {
+                        "success"
+                    } else {
+                        "failure"
+                    },
+                    details: (!status.is_success()).then(|| format!("upstream answered {status}")),
+                });
+                (Response::from_parts(parts, body), execution)
+            }
+            Err(e) => {
+                tracing::warn!(route = %self.route.name, error = %e, "upstream unreachable");
+                let execution = decision_id.map(|id| ExecutionEvent {
+                    decision_id: id,
+                    result: "error",
+                    details: Some("upstream unreachable".to_owned()),
+                });
+                (
+                    envelope(
+                        StatusCode::BAD_GATEWAY,
+                        json!({"error": "the upstream is unreachable", "code": "upstream_unavailable"}),
+                    ),
+                    execution,
+                )
+            }
+        }
+    }
+
+    /// The context as reported: masked by the rule's directives when it has
+    /// any; omitted when masking fails or it is too large.
+    fn report_context(&self, verdict: &Verdict, context: &Value) -> Option<Value> {
+        let mut copy = context.clone();
+        if let Some(set) = &verdict.redactions
+            && set.apply(&mut copy).is_err()
+        {
+            return None;
+        }
+        (copy.to_string().len() <= MAX_TELEMETRY_CONTEXT).then_some(copy)
+    }
+
+    fn item(
+        &self,
+        id: uuid::Uuid,
+        input: &ActionInput,
+        verdict: &Verdict,
+        latency: Duration,
+        context: Option<Value>,
+    ) -> TelemetryItem {
+        TelemetryItem {
+            decision_id: id,
+            agent_id: input.agent_id.clone(),
+            target_app: input.target_app.clone(),
+            action: input.action.clone(),
+            decision: verdict.decision.as_str(),
+            reason: verdict.reason.clone(),
+            evaluated_at: chrono::Utc::now(),
+            rule_id: verdict.rule.as_ref().map(|r| r.id),
+            rule_code: verdict.rule_code.clone(),
+            enforced: verdict.enforced,
+            agent_mode: verdict.agent_mode.as_str(),
+            evaluation_mode: "local",
+            latency_ms: latency.as_secs_f64() * 1000.0,
+            context,
+        }
+    }
+}
+
+fn with_query(uri: &Uri, query: &str) -> Uri {
+    let path = uri.path();
+    let pq = if query.is_empty() {
+        path.to_owned()
+    } else {
+        format!("{path}?{query}")
+    };
+    pq.parse().unwrap_or_else(|_| uri.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn judged(uri: &str, body: &str) -> (Uri, Result<Judged, String>) {
+        let uri: Uri = uri.parse().unwrap();
+        let params = BTreeMap::from([("id".to_owned(), "42".to_owned())]);
+        let j = context_of(
+            &uri,
+            &HeaderMap::new(),
+            &Bytes::from(body.to_owned()),
+            &params,
+        );
+        (uri, j)
+    }
+
+    #[test]
+    fn body_query_and_path_make_the_context() {
+        let (_, j) = judged(
+            "/v1/x/42?card=4242&card_holder=ana",
+            r#"{"amount": 5, "card": "x"}"#,
+        );
+        let j = j.unwrap();
+        assert_eq!(
+            Value::Object(j.context),
+            json!({"amount": 5, "card": "x", "card_holder": "ana", "id": "42"}),
+            "the body wins over the query, the query over the path"
+        );
+    }
+
+    #[test]
+    fn unreadable_bodies_are_named() {
+        assert!(judged("/x", "not json").1.unwrap_err().contains("not JSON"));
+        assert!(judged("/x", "[1]").1.unwrap_err().contains("not an object"));
+        let mut headers = HeaderMap::new();
+        headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+        let err = context_of(
+            &"/x".parse().unwrap(),
+            &headers,
+            &Bytes::new(),
+            &BTreeMap::new(),
+        );
+        assert!(err.unwrap_err().contains("gzip"));
+    }
+
+    #[test]
+    fn a_masked_context_is_written_back_where_it_came_from() {
+        let (uri, j) = judged(
+            "/v1/x/42?token=abc&page=2",
+            r#"{"card": "4242424242424242"}"#,
+        );
+        let j = j.unwrap();
+        let masked = json!({"card": "****", "token": "***", "page": "2", "id": "42"});
+        let (body, query) = rebuild(&j, &masked, &uri);
+        assert_eq!(
+            serde_json::from_slice::<Value>(&body).unwrap(),
+            json!({"card": "****"})
+        );
+        assert_eq!(query.as_deref(), Some("token=***&page=2"));
+    }
+}

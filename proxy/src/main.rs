@@ -1,0 +1,98 @@
+//! `warden-proxy`: reads the configuration, binds the listeners, runs until
+//! SIGINT or SIGTERM. `--check-config FILE` validates a file and exits.
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Parser;
+use warden_proxy::config::{Config, RawConfig};
+use warden_proxy::server::{self, Listeners};
+
+#[derive(Debug, Parser)]
+#[command(name = "warden-proxy", version, about = "Warden's sidecar")]
+struct Cli {
+    /// The configuration file (YAML).
+    #[arg(long, env = "WARDEN_PROXY_CONFIG", conflicts_with = "check_config")]
+    config: Option<std::path::PathBuf>,
+    /// Validates this configuration file (with the environment's overrides)
+    /// and exits: 0 when it is valid.
+    #[arg(long, value_name = "FILE")]
+    check_config: Option<std::path::PathBuf>,
+}
+
+fn load(path: &std::path::Path) -> anyhow::Result<Config> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let env = |name: &str| std::env::var(name).ok();
+    let raw = RawConfig::from_yaml(&text)?.with_env(&env);
+    Ok(Config::from_raw(raw, &env)?)
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Some(path) = cli.check_config {
+        return match load(&path) {
+            Ok(c) => {
+                println!("{}: valid ({} routes)", path.display(), c.routes.len());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("{}: {e:#}", path.display());
+                ExitCode::FAILURE
+            }
+        };
+    }
+    tracing_subscriber::fmt()
+        .json()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("WARDEN_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let Some(path) = cli.config else {
+        eprintln!(
+            "warden-proxy: give --config FILE (or WARDEN_PROXY_CONFIG), or --check-config FILE"
+        );
+        return ExitCode::FAILURE;
+    };
+    let result = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the runtime")
+        .and_then(|rt| {
+            rt.block_on(async {
+                let config = load(&path)?;
+                let listeners = Listeners::bind(&config).await.context("cannot bind")?;
+                server::serve(config, listeners, shutdown_signal()).await
+            })
+        });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = format!("{e:#}"), "warden-proxy stopped");
+            eprintln!("warden-proxy: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

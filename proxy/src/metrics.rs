@@ -1,0 +1,117 @@
+//! The sidecar's Prometheus metrics: decisions by outcome, the latency the
+//! sidecar adds, the bundle's age, and the telemetry queue.
+
+use std::sync::atomic::AtomicI64;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct DecisionLabels {
+    route: String,
+    decision: String,
+    enforced: String,
+}
+
+/// The sidecar's metrics and their registry.
+pub struct Metrics {
+    registry: Registry,
+    decisions: Family<DecisionLabels, Counter>,
+    added: Histogram,
+    bundle_age: Gauge<i64, AtomicI64>,
+    queue_depth: Gauge<i64, AtomicI64>,
+    dropped: Counter,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("warden_proxy");
+        let decisions = Family::<DecisionLabels, Counter>::default();
+        // 1 µs to ~0.5 s: a local decision takes microseconds, a held
+        // approval up to two minutes (counted in the last bucket).
+        let added = Histogram::new(exponential_buckets(0.000_001, 2.5, 16));
+        let bundle_age = Gauge::<i64, AtomicI64>::default();
+        let queue_depth = Gauge::<i64, AtomicI64>::default();
+        let dropped = Counter::default();
+        registry.register(
+            "decisions",
+            "Decisions by route and outcome",
+            decisions.clone(),
+        );
+        registry.register(
+            "added_latency_seconds",
+            "Time the sidecar spent deciding before forwarding or answering",
+            added.clone(),
+        );
+        registry.register(
+            "bundle_age_seconds",
+            "Seconds since the loaded bundle was last confirmed by the control plane (-1: none)",
+            bundle_age.clone(),
+        );
+        registry.register(
+            "telemetry_queue_depth",
+            "Decisions waiting to be reported",
+            queue_depth.clone(),
+        );
+        registry.register(
+            "telemetry_dropped",
+            "Decisions dropped from a full telemetry queue (oldest first)",
+            dropped.clone(),
+        );
+        Metrics {
+            registry,
+            decisions,
+            added,
+            bundle_age,
+            queue_depth,
+            dropped,
+        }
+    }
+
+    pub fn decision(&self, route: &str, decision: &str, enforced: bool) {
+        self.decisions
+            .get_or_create(&DecisionLabels {
+                route: route.to_owned(),
+                decision: decision.to_owned(),
+                enforced: enforced.to_string(),
+            })
+            .inc();
+    }
+
+    pub fn added(&self, d: Duration) {
+        self.added.observe(d.as_secs_f64());
+    }
+
+    pub fn dropped(&self, n: u64) {
+        self.dropped.inc_by(n);
+    }
+
+    /// The text exposition, with the gauges read at scrape time.
+    pub fn render(&self, bundle_age: Option<Duration>, queue_depth: usize) -> String {
+        self.bundle_age
+            .set(bundle_age.map_or(-1, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX)));
+        self.queue_depth
+            .set(i64::try_from(queue_depth).unwrap_or(i64::MAX));
+        let mut out = String::new();
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}

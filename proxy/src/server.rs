@@ -1,0 +1,213 @@
+//! [`serve`]: the route listeners, the admin listener and the background
+//! tasks (bundle puller, mode stream, telemetry), with graceful shutdown:
+//! listeners stop accepting, in-flight requests finish, then telemetry is
+//! flushed.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+
+use crate::config::Config;
+use crate::control::ControlPlane;
+use crate::governor::Governor;
+use crate::http::{Body, RouteService, full};
+use crate::metrics::Metrics;
+use crate::telemetry::TelemetryQueue;
+
+/// How long shutdown waits for in-flight requests, then for telemetry.
+const DRAIN: Duration = Duration::from_secs(10);
+
+/// The sockets [`serve`] accepts on, bound by the caller (port 0 in tests).
+#[derive(Debug)]
+pub struct Listeners {
+    pub admin: TcpListener,
+    /// One per configured route, in the configuration's order.
+    pub routes: Vec<TcpListener>,
+}
+
+impl Listeners {
+    /// Binds every address `config` names.
+    pub async fn bind(config: &Config) -> std::io::Result<Listeners> {
+        let admin = TcpListener::bind(config.admin_listen).await?;
+        let mut routes = Vec::new();
+        for r in &config.routes {
+            routes.push(TcpListener::bind(r.listen).await?);
+        }
+        Ok(Listeners { admin, routes })
+    }
+}
+
+/// Runs the sidecar until `shutdown` resolves.
+pub async fn serve(
+    config: Config,
+    listeners: Listeners,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let metrics = Arc::new(Metrics::new());
+    let governor = Arc::new(Governor::new());
+    let control = ControlPlane::new(&config.control_plane, &config.key, &config.agent_id);
+    let telemetry = Arc::new(TelemetryQueue::new(config.telemetry_queue, metrics.clone()));
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+
+    let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(
+        governor
+            .clone()
+            .run_puller(control.clone(), config.bundle_interval, stop.clone()),
+    );
+    tasks.spawn(
+        governor
+            .clone()
+            .run_mode_stream(control.clone(), stop.clone()),
+    );
+    let flusher = tokio::spawn(telemetry.clone().run(
+        control.clone(),
+        config.telemetry_flush,
+        stop.clone(),
+        DRAIN,
+    ));
+
+    let upstream = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(30))
+        .build_http::<Body>();
+    let graceful = Arc::new(GracefulShutdown::new());
+    let mut accepts = tokio::task::JoinSet::new();
+    for (route, listener) in config.routes.iter().zip(listeners.routes) {
+        let service = Arc::new(RouteService {
+            route: route.clone(),
+            agent_id: config.agent_id.clone(),
+            max_body_bytes: config.max_body_bytes,
+            governor: governor.clone(),
+            control: control.clone(),
+            telemetry: telemetry.clone(),
+            metrics: metrics.clone(),
+            upstream: upstream.clone(),
+        });
+        tracing::info!(route = %route.name, listen = %listener.local_addr()?, upstream = %route.upstream, "route listening");
+        let handler = move |req: Request<Incoming>| service.clone().handle(req);
+        accepts.spawn(accept_loop(
+            listener,
+            handler,
+            graceful.clone(),
+            stop.clone(),
+        ));
+    }
+    let admin = Admin {
+        governor: governor.clone(),
+        metrics: metrics.clone(),
+        telemetry: telemetry.clone(),
+    };
+    tracing::info!(listen = %listeners.admin.local_addr()?, "admin listening");
+    let admin = Arc::new(admin);
+    accepts.spawn(accept_loop(
+        listeners.admin,
+        move |req: Request<Incoming>| {
+            let admin = admin.clone();
+            async move { Ok::<_, Infallible>(admin.answer(&req)) }
+        },
+        graceful.clone(),
+        stop.clone(),
+    ));
+
+    shutdown.await;
+    tracing::info!("shutting down: draining in-flight requests");
+    let _ = stop_tx.send(true);
+    while accepts.join_next().await.is_some() {}
+    // Every accept loop has ended, so this is the last handle.
+    if let Ok(graceful) = Arc::try_unwrap(graceful)
+        && tokio::time::timeout(DRAIN, graceful.shutdown())
+            .await
+            .is_err()
+    {
+        tracing::warn!("shutdown: some requests did not finish in time");
+    }
+    tasks.abort_all();
+    let _ = flusher.await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Accepts connections until `stop`, serving each with `handler`.
+async fn accept_loop<F, Fut>(
+    listener: TcpListener,
+    handler: F,
+    graceful: Arc<GracefulShutdown>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) where
+    F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Result<Response<Body>, Infallible>> + Send + 'static,
+{
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = stop.changed() => return,
+        };
+        let _ = stream.set_nodelay(true);
+        let conn = hyper::server::conn::http1::Builder::new()
+            .serve_connection(TokioIo::new(stream), service_fn(handler.clone()));
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+        });
+    }
+}
+
+/// `/healthz`, `/readyz`, `/metrics`.
+struct Admin {
+    governor: Arc<Governor>,
+    metrics: Arc<Metrics>,
+    telemetry: Arc<TelemetryQueue>,
+}
+
+impl Admin {
+    fn answer(&self, req: &Request<Incoming>) -> Response<Body> {
+        let (status, content_type, body) = match req.uri().path() {
+            "/healthz" => (StatusCode::OK, "application/json", r#"{"status":"ok"}"#.to_owned()),
+            "/readyz" if self.governor.ready() => (
+                StatusCode::OK,
+                "application/json",
+                serde_json::json!({"status": "ready", "bundle_version": self.governor.bundle_version()})
+                    .to_string(),
+            ),
+            "/readyz" => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "application/json",
+                r#"{"status":"starting"}"#.to_owned(),
+            ),
+            "/metrics" => (
+                StatusCode::OK,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                self.metrics
+                    .render(self.governor.bundle_age(), self.telemetry.depth()),
+            ),
+            _ => (
+                StatusCode::NOT_FOUND,
+                "application/json",
+                r#"{"error":"not found","code":"not_found"}"#.to_owned(),
+            ),
+        };
+        let mut resp = Response::new(full(body));
+        *resp.status_mut() = status;
+        if let Ok(v) = hyper::header::HeaderValue::from_str(content_type) {
+            resp.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
+        }
+        resp
+    }
+}
