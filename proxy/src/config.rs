@@ -283,7 +283,9 @@ impl Config {
                     r.name
                 )));
             }
-            if routes[..i].iter().any(|o| o.listen == r.listen) || r.listen == admin_listen {
+            // Port 0 (tests) is a fresh port each time, never a clash.
+            let clashes = |a: SocketAddr| a == r.listen && a.port() != 0;
+            if routes[..i].iter().any(|o| clashes(o.listen)) || clashes(admin_listen) {
                 return Err(invalid(format!(
                     "routes[{i}].listen: {} is used twice",
                     r.listen

@@ -65,6 +65,7 @@ fn main() -> ExitCode {
     }
     tracing_subscriber::fmt()
         .json()
+        .with_writer(std::io::stderr)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("WARDEN_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),

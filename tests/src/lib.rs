@@ -1,0 +1,378 @@
+//! Helpers for the end-to-end tests: the real `warden-control-plane` and
+//! `warden-proxy` binaries started on port 0 (their addresses read from
+//! their logs, never guessed), and a recording upstream tool API.
+//!
+//! Every process is killed when its handle drops; every wait has a deadline.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{Receiver, channel};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+/// How long a process gets to announce itself.
+const START_DEADLINE: Duration = Duration::from_secs(30);
+
+/// Builds the binaries once per test run (a no-op when they are fresh) and
+/// returns the directory holding them.
+pub fn bin_dir() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let status = Command::new(env!("CARGO"))
+                .args(["build", "--workspace", "--bins"])
+                .status()
+                .expect("cargo runs");
+            assert!(status.success(), "building the binaries failed");
+            // target/<profile>/deps/e2e-… → target/<profile>
+            let exe = std::env::current_exe().expect("test executable");
+            exe.parent()
+                .and_then(Path::parent)
+                .expect("target dir")
+                .to_path_buf()
+        })
+        .clone()
+}
+
+/// A fresh directory under the system temp dir, removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new() -> TempDir {
+        let dir = std::env::temp_dir().join(format!("warden-e2e-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        TempDir(dir)
+    }
+}
+
+impl Default for TempDir {
+    fn default() -> TempDir {
+        TempDir::new()
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A child process whose stderr lines are collected; killed on drop.
+pub struct Process {
+    child: Child,
+    lines: Receiver<String>,
+    pub log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Process {
+    pub fn spawn(mut cmd: Command) -> Process {
+        let mut child = cmd
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("process starts");
+        let stderr = child.stderr.take().expect("stderr");
+        let (tx, lines) = channel();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let keep = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                keep.lock().unwrap().push(line.clone());
+                let _ = tx.send(line);
+            }
+        });
+        Process { child, lines, log }
+    }
+
+    /// Waits for a log line `pick` accepts, returning what it picked.
+    pub fn wait_for<T>(&self, what: &str, mut pick: impl FnMut(&str) -> Option<T>) -> T {
+        let deadline = Instant::now() + START_DEADLINE;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    if let Some(v) = pick(&line) {
+                        return v;
+                    }
+                }
+                Err(_) => panic!(
+                    "no {what} within {START_DEADLINE:?}; log:\n{}",
+                    self.log.lock().unwrap().join("\n")
+                ),
+            }
+        }
+    }
+
+    /// Sends SIGTERM-like termination (kill) and waits.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn logs(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The real control plane on SQLite in a temporary directory.
+pub struct ControlPlane {
+    pub process: Process,
+    pub base: String,
+    /// A management key with every permission.
+    pub admin: String,
+    pub http: reqwest::Client,
+    _dir: TempDir,
+}
+
+impl ControlPlane {
+    pub fn start() -> ControlPlane {
+        let dir = TempDir::new();
+        let db = format!("sqlite://{}", dir.0.join("warden.db").display());
+        let bin = bin_dir().join("warden-control-plane");
+        let out = Command::new(&bin)
+            .args([
+                "keys",
+                "create",
+                "--org",
+                "acme",
+                "--name",
+                "admin",
+                "--audience",
+                "management",
+            ])
+            .env("WARDEN_DATABASE_URL", &db)
+            .output()
+            .expect("keys create runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let admin = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+        let mut cmd = Command::new(&bin);
+        cmd.args(["serve", "--listen", "127.0.0.1:0"])
+            .env("WARDEN_DATABASE_URL", &db);
+        let process = Process::spawn(cmd);
+        let addr = process.wait_for("`listening on` line", |line| {
+            line.split("listening on ")
+                .nth(1)
+                .map(|rest| rest.split('"').next().unwrap_or_default().to_owned())
+        });
+        ControlPlane {
+            process,
+            base: format!("http://{addr}"),
+            admin,
+            http: reqwest::Client::new(),
+            _dir: dir,
+        }
+    }
+
+    /// Sends `body` as the admin: status and JSON.
+    pub async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let mut req = self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .bearer_auth(&self.admin);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().await.expect("control plane answers");
+        let status = resp.status().as_u16();
+        let text = resp.text().await.unwrap_or_default();
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
+    }
+
+    /// Creates an agent; returns its row id and its `allow_` key.
+    pub async fn agent(&self, agent_id: &str, mode: &str) -> (String, String) {
+        let (s, a) = self
+            .call(
+                reqwest::Method::POST,
+                "/allow/agents",
+                Some(json!({"agent_id": agent_id, "name": agent_id, "mode": mode})),
+            )
+            .await;
+        assert_eq!(s, 201, "{a}");
+        (
+            a["id"].as_str().unwrap().to_owned(),
+            a["api_key"].as_str().unwrap().to_owned(),
+        )
+    }
+
+    /// Creates an action rule.
+    pub async fn rule(&self, name: &str, rego: &str) {
+        let (s, r) = self
+            .call(
+                reqwest::Method::POST,
+                "/allow/rules",
+                Some(json!({"name": name, "rego_source": rego})),
+            )
+            .await;
+        assert_eq!(s, 201, "{r}");
+    }
+}
+
+/// A sidecar started from `config` (YAML) with the agent key in its
+/// environment; its route and admin addresses come from its logs.
+pub struct Sidecar {
+    pub process: Process,
+    /// Route name → `http://addr`.
+    pub routes: Vec<(String, String)>,
+    pub admin: String,
+    _dir: TempDir,
+}
+
+impl Sidecar {
+    pub fn start(config: &str, key: &str, routes: usize) -> Sidecar {
+        let dir = TempDir::new();
+        let path = dir.0.join("sidecar.yaml");
+        std::fs::write(&path, config).expect("config written");
+        let mut cmd = Command::new(bin_dir().join("warden-proxy"));
+        cmd.arg("--config").arg(&path).env("WARDEN_AGENT_KEY", key);
+        let process = Process::spawn(cmd);
+        let mut found = Vec::new();
+        let mut admin = None;
+        while found.len() < routes || admin.is_none() {
+            let (message, fields) = process.wait_for("listening lines", |line| {
+                let v: Value = serde_json::from_str(line).ok()?;
+                let f = v.get("fields")?.clone();
+                Some((f.get("message")?.as_str()?.to_owned(), f))
+            });
+            let listen = fields["listen"].as_str().unwrap_or_default().to_owned();
+            match message.as_str() {
+                "route listening" => found.push((
+                    fields["route"].as_str().unwrap_or_default().to_owned(),
+                    format!("http://{listen}"),
+                )),
+                "admin listening" => admin = Some(format!("http://{listen}")),
+                _ => {}
+            }
+        }
+        Sidecar {
+            process,
+            routes: found,
+            admin: admin.unwrap_or_default(),
+            _dir: dir,
+        }
+    }
+
+    pub fn route(&self, name: &str) -> &str {
+        &self
+            .routes
+            .iter()
+            .find(|(n, _)| n == name)
+            .unwrap_or_else(|| panic!("no route {name}"))
+            .1
+    }
+
+    /// Waits until `/readyz` answers 200.
+    pub async fn ready(&self) -> Value {
+        let http = reqwest::Client::new();
+        let deadline = Instant::now() + START_DEADLINE;
+        loop {
+            if let Ok(resp) = http.get(format!("{}/readyz", self.admin)).send().await
+                && resp.status().as_u16() == 200
+            {
+                return resp.json().await.unwrap_or(Value::Null);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "sidecar not ready; log:\n{}",
+                self.process.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// What the upstream tool API received.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub method: String,
+    pub path: String,
+    pub query: Option<String>,
+    pub body: String,
+}
+
+/// A small HTTP tool API on 127.0.0.1:0 that records every request and
+/// answers `{"ok": true, "path": …}`.
+pub struct ToolApi {
+    pub base: String,
+    pub received: Arc<Mutex<Vec<Received>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ToolApi {
+    pub async fn start() -> ToolApi {
+        let received = Arc::new(Mutex::new(Vec::new()));
+        let keep = received.clone();
+        let app = axum::Router::new().fallback(move |req: axum::extract::Request| {
+            let keep = keep.clone();
+            async move {
+                let (parts, body) = req.into_parts();
+                let bytes = axum::body::to_bytes(body, 1 << 20)
+                    .await
+                    .unwrap_or_default();
+                keep.lock().unwrap().push(Received {
+                    method: parts.method.to_string(),
+                    path: parts.uri.path().to_owned(),
+                    query: parts.uri.query().map(str::to_owned),
+                    body: String::from_utf8_lossy(&bytes).into_owned(),
+                });
+                axum::Json(json!({"ok": true, "path": parts.uri.path()}))
+            }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let base = format!("http://{}", listener.local_addr().expect("addr"));
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        ToolApi {
+            base,
+            received,
+            task,
+        }
+    }
+
+    pub fn calls(&self) -> Vec<Received> {
+        self.received.lock().unwrap().clone()
+    }
+}
+
+impl Drop for ToolApi {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Polls `probe` every 50 ms until it holds or `deadline` passes.
+pub async fn eventually(deadline: Duration, mut probe: impl AsyncFnMut() -> bool) -> bool {
+    let start = Instant::now();
+    loop {
+        if probe().await {
+            return true;
+        }
+        if start.elapsed() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

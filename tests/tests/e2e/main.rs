@@ -1,0 +1,4 @@
+//! End-to-end tests over the real binaries: the control plane on SQLite, the
+//! sidecar in front of real upstreams, driven by real clients on 127.0.0.1.
+
+mod http_route;
