@@ -1,4 +1,5 @@
 //! End-to-end tests over the real binaries: the control plane on SQLite, the
 //! sidecar in front of real upstreams, driven by real clients on 127.0.0.1.
 
+mod approval;
 mod http_route;
