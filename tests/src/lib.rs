@@ -22,10 +22,18 @@ pub fn bin_dir() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT
         .get_or_init(|| {
-            let status = Command::new(env!("CARGO"))
-                .args(["build", "--workspace", "--bins"])
-                .status()
-                .expect("cargo runs");
+            let mut cargo = Command::new(env!("CARGO"));
+            cargo.args(["build", "--workspace", "--bins"]);
+            // The variables cargo sets for a test would make build scripts
+            // that watch the environment (ring's) rebuild every run.
+            for (name, _) in std::env::vars_os() {
+                if name.to_str().is_some_and(|n| {
+                    n.starts_with("CARGO_") && n != "CARGO_HOME" && n != "CARGO_TARGET_DIR"
+                }) {
+                    cargo.env_remove(name);
+                }
+            }
+            let status = cargo.status().expect("cargo runs");
             assert!(status.success(), "building the binaries failed");
             // target/<profile>/deps/e2e-… → target/<profile>
             let exe = std::env::current_exe().expect("test executable");
@@ -127,6 +135,7 @@ impl Drop for Process {
 pub struct ControlPlane {
     pub process: Process,
     pub base: String,
+    db: String,
     /// A management key with every permission.
     pub admin: String,
     pub http: reqwest::Client,
@@ -158,22 +167,41 @@ impl ControlPlane {
             String::from_utf8_lossy(&out.stderr)
         );
         let admin = String::from_utf8(out.stdout).unwrap().trim().to_owned();
-        let mut cmd = Command::new(&bin);
-        cmd.args(["serve", "--listen", "127.0.0.1:0"])
-            .env("WARDEN_DATABASE_URL", &db);
+        let (process, addr) = ControlPlane::serve(&db, "127.0.0.1:0");
+        ControlPlane {
+            process,
+            base: format!("http://{addr}"),
+            db,
+            admin,
+            http: reqwest::Client::new(),
+            _dir: dir,
+        }
+    }
+
+    fn serve(db: &str, listen: &str) -> (Process, String) {
+        let mut cmd = Command::new(bin_dir().join("warden-control-plane"));
+        cmd.args(["serve", "--listen", listen])
+            .env("WARDEN_DATABASE_URL", db);
         let process = Process::spawn(cmd);
         let addr = process.wait_for("`listening on` line", |line| {
             line.split("listening on ")
                 .nth(1)
                 .map(|rest| rest.split('"').next().unwrap_or_default().to_owned())
         });
-        ControlPlane {
-            process,
-            base: format!("http://{addr}"),
-            admin,
-            http: reqwest::Client::new(),
-            _dir: dir,
-        }
+        (process, addr)
+    }
+
+    /// Kills the server (the database stays).
+    pub fn kill(&mut self) {
+        self.process.kill();
+    }
+
+    /// Starts the server again on the same address and database.
+    pub fn restart(&mut self) {
+        self.process.kill();
+        let listen = self.base.trim_start_matches("http://").to_owned();
+        let (process, _) = ControlPlane::serve(&self.db, &listen);
+        self.process = process;
     }
 
     /// Sends `body` as the admin: status and JSON.

@@ -3,3 +3,4 @@
 
 mod approval;
 mod http_route;
+mod outage;
