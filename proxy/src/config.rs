@@ -81,11 +81,14 @@ pub struct RawTelemetry {
 pub struct RawRoute {
     /// The upstream's name: the `target_app` of its actions.
     pub name: String,
-    /// `http` (an HTTP tool API). MCP routes come with the MCP adapter.
+    /// `http` (an HTTP tool API) or `mcp` (an MCP server, Streamable HTTP).
     pub kind: String,
     /// Where the agent connects (`127.0.0.1:9100`).
     pub listen: String,
-    /// Where governed calls go (`http://127.0.0.1:7000`).
+    /// Where governed calls go: an HTTP API's base URL
+    /// (`http://127.0.0.1:7000`; the request's path is appended), or an MCP
+    /// server's endpoint (`http://127.0.0.1:7100/mcp`; every request goes
+    /// there, whatever path the agent used).
     pub upstream: String,
     /// Method and path patterns mapped to actions (`http` routes).
     #[serde(default)]
@@ -154,10 +157,18 @@ impl std::fmt::Debug for Config {
     }
 }
 
+/// What a route's upstream speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Http,
+    Mcp,
+}
+
 /// A validated route.
 #[derive(Debug, Clone)]
 pub struct Route {
     pub name: String,
+    pub kind: Kind,
     pub listen: SocketAddr,
     /// Scheme and authority, plus a base path (no trailing slash).
     pub upstream: hyper::Uri,
@@ -311,14 +322,30 @@ fn route(i: usize, r: RawRoute) -> Result<Route, ConfigError> {
     if r.name.is_empty() || r.name.len() > 255 {
         return Err(invalid(format!("{}: 1-255 characters", at("name"))));
     }
-    if r.kind != "http" {
+    let kind = match r.kind.as_str() {
+        "http" => Kind::Http,
+        "mcp" => Kind::Mcp,
+        other => {
+            return Err(invalid(format!(
+                "{}: `{other}` must be http or mcp",
+                at("kind")
+            )));
+        }
+    };
+    if kind == Kind::Mcp && !r.actions.is_empty() {
         return Err(invalid(format!(
-            "{}: `{}` is not supported; use http",
-            at("kind"),
-            r.kind
+            "{}: MCP routes take their actions from the tool names",
+            at("actions")
         )));
     }
-    let unmatched = match r.unmatched.as_deref().unwrap_or("govern") {
+    // MCP methods the adapter does not govern pass by default; HTTP requests
+    // no pattern matches are governed by default.
+    let default = if kind == Kind::Mcp {
+        "forward"
+    } else {
+        "govern"
+    };
+    let unmatched = match r.unmatched.as_deref().unwrap_or(default) {
         "govern" => Unmatched::Govern,
         "forward" => Unmatched::Forward,
         "deny" => Unmatched::Deny,
@@ -342,6 +369,7 @@ fn route(i: usize, r: RawRoute) -> Result<Route, ConfigError> {
         listen: addr(&at("listen"), &r.listen)?,
         upstream: http_url(&at("upstream"), &r.upstream)?,
         name: r.name,
+        kind,
         rules,
         unmatched,
     })

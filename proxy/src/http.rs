@@ -12,72 +12,24 @@
 //! unjudgeable, which denies when enforcing.
 
 use std::collections::BTreeMap;
-use std::convert::Infallible;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
-use hyper::header::{self, HeaderMap, HeaderValue};
+#[cfg(test)]
+use hyper::header::HeaderValue;
+use hyper::header::{self, HeaderMap};
 use hyper::{Request, Response, StatusCode, Uri};
 use serde_json::{Map, Value, json};
 use warden_engine::Verdict;
 use warden_engine::client::{MaskOutcome, mask_or_block};
 use warden_engine::model::{ActionInput, Decision, Facet, HitlFallback};
 
-use crate::config::{Route, Unmatched};
-use crate::control::{ControlPlane, ExecutionEvent, TelemetryItem};
-use crate::governor::Governor;
-use crate::metrics::Metrics;
+use crate::config::Unmatched;
 use crate::route::first_match;
-use crate::telemetry::{Report, TelemetryQueue};
-
-/// Bodies both ways: buffered (judged) or streamed (passed through).
-pub type Body = http_body_util::combinators::BoxBody<Bytes, BoxError>;
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-/// The upstream connection pool.
-pub type Upstream =
-    hyper_util::client::legacy::Client<hyper_util::client::legacy::connect::HttpConnector, Body>;
-
-/// How often a held call asks whether it was approved, and for how long
-/// (spec 4.2: every 2 s, at most 120 s).
-const APPROVAL_POLL: Duration = Duration::from_secs(2);
-const APPROVAL_WINDOW: Duration = Duration::from_secs(120);
-
-/// The largest `context` telemetry carries (spec 4.2).
-const MAX_TELEMETRY_CONTEXT: usize = 32 * 1024;
-
-/// What one route's requests need.
-#[derive(Debug)]
-pub struct RouteService {
-    pub route: Route,
-    pub agent_id: String,
-    pub max_body_bytes: usize,
-    pub governor: Arc<Governor>,
-    pub control: ControlPlane,
-    pub telemetry: Arc<TelemetryQueue>,
-    pub metrics: Arc<Metrics>,
-    pub upstream: Upstream,
-}
-
-pub fn full(bytes: impl Into<Bytes>) -> Body {
-    Full::new(bytes.into())
-        .map_err(|never| match never {})
-        .boxed()
-}
-
-/// A JSON answer from the sidecar itself, in the spec's error envelope.
-fn envelope(status: StatusCode, body: Value) -> Response<Body> {
-    let mut resp = Response::new(full(body.to_string()));
-    *resp.status_mut() = status;
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    resp
-}
+use crate::service::{Body, BoxError, RouteService, envelope, full};
+use crate::telemetry::Report;
 
 fn blocked(verdict: &Verdict, decision_id: Option<uuid::Uuid>) -> Response<Body> {
     envelope(
@@ -196,25 +148,6 @@ fn rebuild(judged: &Judged, masked: &Value, uri: &Uri) -> (Bytes, Option<String>
     (body, query)
 }
 
-/// Headers that describe one hop, never forwarded.
-const HOP_BY_HOP: &[&str] = &[
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-];
-
-fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    for name in HOP_BY_HOP {
-        headers.remove(*name);
-    }
-}
-
 /// The verdict's outcome after masking: the body to forward, or a block.
 enum Applied {
     Forward(Bytes, Option<String>),
@@ -222,15 +155,7 @@ enum Applied {
 }
 
 impl RouteService {
-    /// Serves one request; never fails (errors become responses).
-    pub async fn handle(
-        self: Arc<Self>,
-        req: Request<Incoming>,
-    ) -> Result<Response<Body>, Infallible> {
-        Ok(self.govern(req).await)
-    }
-
-    async fn govern(&self, req: Request<Incoming>) -> Response<Body> {
+    pub(crate) async fn govern_http(&self, req: Request<Incoming>) -> Response<Body> {
         let started = Instant::now();
         // Classify.
         let (parts, body) = req.into_parts();
@@ -362,22 +287,7 @@ impl RouteService {
         input: &ActionInput,
         verdict: &Verdict,
     ) -> Response<Body> {
-        let remote = self
-            .control
-            .evaluate(&input.target_app, &input.action, &input.context)
-            .await;
-        let (id, approved) = match remote {
-            Ok(d) if d.decision == "permit" => (Some(d.decision_id), true),
-            Ok(d) if d.decision == "approval_required" => (
-                Some(d.decision_id),
-                self.await_approval(d.decision_id).await,
-            ),
-            Ok(d) => (Some(d.decision_id), false),
-            Err(e) => {
-                tracing::warn!(error = %e, "approval: control plane unreachable; applying the fallback");
-                (None, false)
-            }
-        };
+        let (id, approved) = self.ask_approval(input).await;
         let applied = if approved {
             Applied::Forward(body, None)
         } else {
@@ -401,137 +311,9 @@ impl RouteService {
                 let (resp, execution) = self.forward(parts, full(body), id).await;
                 // The control plane stored this decision itself: only its
                 // outcome is reported.
-                if let Some(event) = execution {
-                    let control = self.control.clone();
-                    tokio::spawn(async move {
-                        if let Err(e) = control.execution(&event).await {
-                            tracing::warn!(error = %e, "execution event not delivered");
-                        }
-                    });
-                }
+                self.report_execution(execution);
                 resp
             }
-        }
-    }
-
-    async fn await_approval(&self, id: uuid::Uuid) -> bool {
-        let deadline = Instant::now() + APPROVAL_WINDOW;
-        while Instant::now() < deadline {
-            match self.control.hitl_result(id).await {
-                Ok(Some(result)) => return result == "approved",
-                Ok(None) => {}
-                Err(e) => tracing::warn!(error = %e, "approval poll failed; retrying"),
-            }
-            tokio::time::sleep(APPROVAL_POLL).await;
-        }
-        false
-    }
-
-    /// Sends a call upstream; the response and, for a reported decision, its
-    /// execution outcome.
-    async fn forward(
-        &self,
-        mut parts: hyper::http::request::Parts,
-        body: Body,
-        decision_id: Option<uuid::Uuid>,
-    ) -> (Response<Body>, Option<ExecutionEvent>) {
-        let base = &self.route.upstream;
-        let path_and_query = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-        let base_path = base.path().trim_end_matches('/');
-        let target = format!(
-            "{}://{}{base_path}{path_and_query}",
-            base.scheme_str().unwrap_or("http"),
-            base.authority().map_or("", |a| a.as_str()),
-        );
-        let Ok(uri) = target.parse::<Uri>() else {
-            return (
-                envelope(
-                    StatusCode::BAD_REQUEST,
-                    json!({"error": "the request target is not valid", "code": "bad_request"}),
-                ),
-                None,
-            );
-        };
-        strip_hop_by_hop(&mut parts.headers);
-        // The body may have been rewritten: its length is the new body's.
-        parts.headers.remove(header::CONTENT_LENGTH);
-        if let Some(authority) = base.authority()
-            && let Ok(host) = HeaderValue::from_str(authority.as_str())
-        {
-            parts.headers.insert(header::HOST, host);
-        }
-        parts.uri = uri;
-        let req = Request::from_parts(parts, body);
-        match self.upstream.request(req).await {
-            Ok(resp) => {
-                let status = resp.status();
-                let (mut parts, body) = resp.into_parts();
-                strip_hop_by_hop(&mut parts.headers);
-                let body = body.map_err(|e| Box::new(e) as BoxError).boxed();
-                let execution = decision_id.map(|id| ExecutionEvent {
-                    decision_id: id,
-                    result: if status.is_success() {
-                        "success"
-                    } else {
-                        "failure"
-                    },
-                    details: (!status.is_success()).then(|| format!("upstream answered {status}")),
-                });
-                (Response::from_parts(parts, body), execution)
-            }
-            Err(e) => {
-                tracing::warn!(route = %self.route.name, error = %e, "upstream unreachable");
-                let execution = decision_id.map(|id| ExecutionEvent {
-                    decision_id: id,
-                    result: "error",
-                    details: Some("upstream unreachable".to_owned()),
-                });
-                (
-                    envelope(
-                        StatusCode::BAD_GATEWAY,
-                        json!({"error": "the upstream is unreachable", "code": "upstream_unavailable"}),
-                    ),
-                    execution,
-                )
-            }
-        }
-    }
-
-    /// The context as reported: masked by the rule's directives when it has
-    /// any; omitted when masking fails or it is too large.
-    fn report_context(&self, verdict: &Verdict, context: &Value) -> Option<Value> {
-        let mut copy = context.clone();
-        if let Some(set) = &verdict.redactions
-            && set.apply(&mut copy).is_err()
-        {
-            return None;
-        }
-        (copy.to_string().len() <= MAX_TELEMETRY_CONTEXT).then_some(copy)
-    }
-
-    fn item(
-        &self,
-        id: uuid::Uuid,
-        input: &ActionInput,
-        verdict: &Verdict,
-        latency: Duration,
-        context: Option<Value>,
-    ) -> TelemetryItem {
-        TelemetryItem {
-            decision_id: id,
-            agent_id: input.agent_id.clone(),
-            target_app: input.target_app.clone(),
-            action: input.action.clone(),
-            decision: verdict.decision.as_str(),
-            reason: verdict.reason.clone(),
-            evaluated_at: chrono::Utc::now(),
-            rule_id: verdict.rule.as_ref().map(|r| r.id),
-            rule_code: verdict.rule_code.clone(),
-            enforced: verdict.enforced,
-            agent_mode: verdict.agent_mode.as_str(),
-            evaluation_mode: "local",
-            latency_ms: latency.as_secs_f64() * 1000.0,
-            context,
         }
     }
 }

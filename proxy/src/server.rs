@@ -18,8 +18,8 @@ use tokio::net::TcpListener;
 use crate::config::Config;
 use crate::control::ControlPlane;
 use crate::governor::Governor;
-use crate::http::{Body, RouteService, full};
 use crate::metrics::Metrics;
+use crate::service::{Body, RouteService, full};
 use crate::telemetry::TelemetryQueue;
 
 /// How long shutdown waits for in-flight requests, then for telemetry.

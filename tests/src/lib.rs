@@ -404,3 +404,98 @@ pub async fn eventually(deadline: Duration, mut probe: impl AsyncFnMut() -> bool
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// The MCP Python SDK's version the tests run against.
+pub const MCP_SDK: &str = "mcp==2.3.0";
+
+/// A Python virtual environment with the official MCP SDK, made once under
+/// the target directory; returns its interpreter.
+pub fn mcp_python() -> PathBuf {
+    static PYTHON: OnceLock<PathBuf> = OnceLock::new();
+    PYTHON
+        .get_or_init(|| {
+            let venv = bin_dir().join("mcp-venv");
+            let python = venv.join("bin").join("python");
+            let ready = venv.join(format!(".{MCP_SDK}"));
+            if !ready.exists() {
+                let made = Command::new("python3")
+                    .args(["-m", "venv"])
+                    .arg(&venv)
+                    .status()
+                    .expect("python3 runs");
+                assert!(made.success(), "python3 -m venv failed");
+                let installed = Command::new(&python)
+                    .args(["-m", "pip", "install", "-q", MCP_SDK])
+                    .status()
+                    .expect("pip runs");
+                assert!(installed.success(), "pip install {MCP_SDK} failed");
+                std::fs::write(&ready, b"").expect("marker");
+            }
+            python
+        })
+        .clone()
+}
+
+/// `tests/mcp/<name>`.
+pub fn mcp_script(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("mcp").join(name)
+}
+
+/// The MCP tool server of `tests/mcp/tool_server.py` (Streamable HTTP).
+pub struct McpServer {
+    pub process: Process,
+    /// `http://127.0.0.1:PORT/mcp`.
+    pub url: String,
+    received: PathBuf,
+    _dir: TempDir,
+}
+
+impl McpServer {
+    /// `json_response`: answer with JSON bodies instead of SSE streams.
+    pub fn start(json_response: bool) -> McpServer {
+        let dir = TempDir::new();
+        let received = dir.0.join("received.jsonl");
+        let mut cmd = Command::new(mcp_python());
+        cmd.arg(mcp_script("tool_server.py"))
+            .env("RECEIVED_LOG", &received)
+            .env("JSON_RESPONSE", if json_response { "1" } else { "0" });
+        let process = Process::spawn(cmd);
+        let addr = process.wait_for("`listening on` line", |line| {
+            line.strip_prefix("listening on ").map(str::to_owned)
+        });
+        McpServer {
+            process,
+            url: format!("http://{addr}/mcp"),
+            received,
+            _dir: dir,
+        }
+    }
+
+    /// The tool calls that reached the server: `{"tool", "arguments"}`.
+    pub fn received(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.received)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+}
+
+/// Runs `tests/mcp/client.py` against `url` in `mode` (`legacy` or a modern
+/// protocol version): one JSON value per step.
+pub fn mcp_client(url: &str, mode: &str, steps: &Value) -> Vec<Value> {
+    let out = Command::new(mcp_python())
+        .arg(mcp_script("client.py"))
+        .args([url, mode, &steps.to_string()])
+        .output()
+        .expect("the MCP client runs");
+    assert!(
+        out.status.success(),
+        "MCP client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}

@@ -3,4 +3,5 @@
 
 mod approval;
 mod http_route;
+mod mcp;
 mod outage;
