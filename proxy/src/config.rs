@@ -33,8 +33,22 @@ pub struct RawConfig {
     pub admin: Option<RawAdmin>,
     pub limits: Option<RawLimits>,
     pub telemetry: Option<RawTelemetry>,
+    pub forward_proxy: Option<RawForwardProxy>,
     #[serde(default)]
     pub routes: Vec<RawRoute>,
+}
+
+/// The forward proxy (`HTTP_PROXY`/`HTTPS_PROXY`) for hosts routes list.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawForwardProxy {
+    /// Where agents send proxied traffic (`127.0.0.1:9080`).
+    pub listen: Option<String>,
+    /// Holds `ca.pem` and `ca-key.pem`; generated there at first start
+    /// (default `./warden-proxy-ca`).
+    pub ca_dir: Option<PathBuf>,
+    /// A PEM bundle trusted for upstreams besides the system roots.
+    pub upstream_ca_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -83,13 +97,18 @@ pub struct RawRoute {
     pub name: String,
     /// `http` (an HTTP tool API) or `mcp` (an MCP server, Streamable HTTP).
     pub kind: String,
-    /// Where the agent connects (`127.0.0.1:9100`).
-    pub listen: String,
+    /// Where the agent connects (`127.0.0.1:9100`); optional when the route
+    /// is reached only through the forward proxy (`hosts`).
+    pub listen: Option<String>,
     /// Where governed calls go: an HTTP API's base URL
     /// (`http://127.0.0.1:7000`; the request's path is appended), or an MCP
     /// server's endpoint (`http://127.0.0.1:7100/mcp`; every request goes
-    /// there, whatever path the agent used).
-    pub upstream: String,
+    /// there, whatever path the agent used). Required with `listen`.
+    pub upstream: Option<String>,
+    /// Hosts (`api.example.com` or `host:port`) the forward proxy governs
+    /// with this route; requests go to the host the agent asked for.
+    #[serde(default)]
+    pub hosts: Vec<String>,
     /// Method and path patterns mapped to actions (`http` routes).
     #[serde(default)]
     pub actions: Vec<RawHttpAction>,
@@ -142,7 +161,16 @@ pub struct Config {
     pub max_body_bytes: usize,
     pub telemetry_queue: usize,
     pub telemetry_flush: Duration,
+    pub forward: Option<ForwardConfig>,
     pub routes: Vec<Route>,
+}
+
+/// The validated forward proxy.
+#[derive(Debug, Clone)]
+pub struct ForwardConfig {
+    pub listen: SocketAddr,
+    pub ca_dir: PathBuf,
+    pub upstream_ca_file: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for Config {
@@ -169,9 +197,12 @@ pub enum Kind {
 pub struct Route {
     pub name: String,
     pub kind: Kind,
-    pub listen: SocketAddr,
+    /// With `upstream`: a reverse-proxy listener.
+    pub listen: Option<SocketAddr>,
     /// Scheme and authority, plus a base path (no trailing slash).
-    pub upstream: hyper::Uri,
+    pub upstream: Option<hyper::Uri>,
+    /// Governed through the forward proxy.
+    pub hosts: Vec<String>,
     pub rules: Vec<HttpRule>,
     pub unmatched: Unmatched,
 }
@@ -207,12 +238,9 @@ fn http_url(field: &str, value: &str) -> Result<hyper::Uri, ConfigError> {
         .parse()
         .map_err(|_| invalid(format!("{field}: `{value}` is not a URL")))?;
     match (uri.scheme_str(), uri.authority()) {
-        (Some("http"), Some(_)) => Ok(uri),
-        (Some("https"), Some(_)) => Err(invalid(format!(
-            "{field}: https upstreams are not supported yet; use http"
-        ))),
+        (Some("http" | "https"), Some(_)) => Ok(uri),
         _ => Err(invalid(format!(
-            "{field}: `{value}` must be an http:// URL"
+            "{field}: `{value}` must be an http:// or https:// URL"
         ))),
     }
 }
@@ -295,13 +323,32 @@ impl Config {
                 )));
             }
             // Port 0 (tests) is a fresh port each time, never a clash.
-            let clashes = |a: SocketAddr| a == r.listen && a.port() != 0;
-            if routes[..i].iter().any(|o| clashes(o.listen)) || clashes(admin_listen) {
+            let clashes =
+                |a: Option<SocketAddr>| a.is_some_and(|a| Some(a) == r.listen && a.port() != 0);
+            if routes[..i].iter().any(|o| clashes(o.listen)) || clashes(Some(admin_listen)) {
                 return Err(invalid(format!(
-                    "routes[{i}].listen: {} is used twice",
+                    "routes[{i}].listen: {:?} is used twice",
                     r.listen
                 )));
             }
+        }
+        let forward = match raw.forward_proxy {
+            None => None,
+            Some(f) => Some(ForwardConfig {
+                listen: addr(
+                    "forward_proxy.listen",
+                    f.listen.as_deref().unwrap_or("127.0.0.1:9080"),
+                )?,
+                ca_dir: f.ca_dir.unwrap_or_else(|| PathBuf::from("warden-proxy-ca")),
+                upstream_ca_file: f.upstream_ca_file,
+            }),
+        };
+        if forward.is_none()
+            && let Some(i) = routes.iter().position(|r| !r.hosts.is_empty())
+        {
+            return Err(invalid(format!(
+                "routes[{i}].hosts: needs forward_proxy (its listen address and CA)"
+            )));
         }
         Ok(Config {
             agent_id,
@@ -312,6 +359,7 @@ impl Config {
             max_body_bytes,
             telemetry_queue,
             telemetry_flush: Duration::from_millis(flush_ms),
+            forward,
             routes,
         })
     }
@@ -365,9 +413,32 @@ fn route(i: usize, r: RawRoute) -> Result<Route, ConfigError> {
                 .map_err(|e: RuleError| invalid(format!("{}: {e}", at(&format!("actions[{j}]")))))
         })
         .collect::<Result<Vec<_>, _>>()?;
+    let listen = r
+        .listen
+        .as_deref()
+        .map(|l| addr(&at("listen"), l))
+        .transpose()?;
+    let upstream = r
+        .upstream
+        .as_deref()
+        .map(|u| http_url(&at("upstream"), u))
+        .transpose()?;
+    match (&listen, &upstream) {
+        (Some(_), None) => {
+            return Err(invalid(format!("{}: required with listen", at("upstream"))));
+        }
+        (None, _) if r.hosts.is_empty() => {
+            return Err(invalid(format!(
+                "{}: give listen and upstream, or hosts for the forward proxy",
+                at("listen")
+            )));
+        }
+        _ => {}
+    }
     Ok(Route {
-        listen: addr(&at("listen"), &r.listen)?,
-        upstream: http_url(&at("upstream"), &r.upstream)?,
+        listen,
+        upstream,
+        hosts: r.hosts,
         name: r.name,
         kind,
         rules,
@@ -404,7 +475,14 @@ routes:
         assert_eq!(c.admin_listen.to_string(), "127.0.0.1:9901");
         assert_eq!(c.max_body_bytes, 1024 * 1024);
         assert_eq!(c.routes[0].unmatched, Unmatched::Govern);
-        assert_eq!(c.routes[0].upstream.to_string(), "http://127.0.0.1:7000/");
+        assert_eq!(
+            c.routes[0]
+                .upstream
+                .as_ref()
+                .map(ToString::to_string)
+                .as_deref(),
+            Some("http://127.0.0.1:7000/")
+        );
         assert!(
             !format!("{c:?}").contains("allow_secret"),
             "Debug hides the key"

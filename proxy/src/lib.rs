@@ -15,11 +15,16 @@
 //! - [`metrics`]: Prometheus metrics. [`server`]: `serve` and the admin
 //!   listener.
 //!
-//! Not here yet: the MCP adapter, the forward proxy with `CONNECT`
-//! interception, and retrieval governance of response bodies.
+//! - [`mcp`]: the MCP adapter. [`forward`]: the forward proxy, with `CONNECT`
+//!   interception for governed hosts ([`forward::ca`] mints the leaves).
+//! - [`service`]: what adapters share (forwarding, approvals, reports).
+//!
+//! Not here yet: retrieval governance of HTTP response bodies, and
+//! decompression of compressed bodies (they are decided as unjudgeable).
 
 pub mod config;
 pub mod control;
+pub mod forward;
 pub mod governor;
 pub mod http;
 pub mod mcp;

@@ -29,8 +29,10 @@ const DRAIN: Duration = Duration::from_secs(10);
 #[derive(Debug)]
 pub struct Listeners {
     pub admin: TcpListener,
-    /// One per configured route, in the configuration's order.
+    /// One per route with a `listen` address, in the configuration's order.
     pub routes: Vec<TcpListener>,
+    /// The forward proxy's, when configured.
+    pub forward: Option<TcpListener>,
 }
 
 impl Listeners {
@@ -38,10 +40,18 @@ impl Listeners {
     pub async fn bind(config: &Config) -> std::io::Result<Listeners> {
         let admin = TcpListener::bind(config.admin_listen).await?;
         let mut routes = Vec::new();
-        for r in &config.routes {
-            routes.push(TcpListener::bind(r.listen).await?);
+        for addr in config.routes.iter().filter_map(|r| r.listen) {
+            routes.push(TcpListener::bind(addr).await?);
         }
-        Ok(Listeners { admin, routes })
+        let forward = match &config.forward {
+            Some(f) => Some(TcpListener::bind(f.listen).await?),
+            None => None,
+        };
+        Ok(Listeners {
+            admin,
+            routes,
+            forward,
+        })
     }
 }
 
@@ -75,12 +85,17 @@ pub async fn serve(
         DRAIN,
     ));
 
-    let upstream = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(30))
-        .build_http::<Body>();
+    let upstream = upstream_client(
+        config
+            .forward
+            .as_ref()
+            .and_then(|f| f.upstream_ca_file.as_deref()),
+    )?;
     let graceful = Arc::new(GracefulShutdown::new());
     let mut accepts = tokio::task::JoinSet::new();
-    for (route, listener) in config.routes.iter().zip(listeners.routes) {
+    let mut route_listeners = listeners.routes.into_iter();
+    let mut governed_hosts = Vec::new();
+    for route in &config.routes {
         let service = Arc::new(RouteService {
             route: route.clone(),
             agent_id: config.agent_id.clone(),
@@ -91,7 +106,21 @@ pub async fn serve(
             metrics: metrics.clone(),
             upstream: upstream.clone(),
         });
-        tracing::info!(route = %route.name, listen = %listener.local_addr()?, upstream = %route.upstream, "route listening");
+        for host in &route.hosts {
+            governed_hosts.push((host.clone(), service.clone()));
+        }
+        if route.listen.is_none() {
+            continue;
+        }
+        let Some(listener) = route_listeners.next() else {
+            anyhow::bail!("no listener bound for route {}", route.name);
+        };
+        let upstream = route
+            .upstream
+            .as_ref()
+            .map(ToString::to_string)
+            .unwrap_or_default();
+        tracing::info!(route = %route.name, listen = %listener.local_addr()?, %upstream, "route listening");
         let handler = move |req: Request<Incoming>| service.clone().handle(req);
         accepts.spawn(accept_loop(
             listener,
@@ -99,6 +128,17 @@ pub async fn serve(
             graceful.clone(),
             stop.clone(),
         ));
+    }
+    if let (Some(forward), Some(listener)) = (&config.forward, listeners.forward) {
+        let ca = Arc::new(crate::forward::ca::Ca::load_or_generate(&forward.ca_dir)?);
+        let proxy = Arc::new(crate::forward::ForwardProxy::new(
+            governed_hosts,
+            ca,
+            upstream.clone(),
+        ));
+        tracing::info!(listen = %listener.local_addr()?, ca_dir = %forward.ca_dir.display(), "forward proxy listening");
+        let handler = move |req: Request<Incoming>| proxy.clone().handle(req);
+        accepts.spawn(accept_forward(listener, handler, stop.clone()));
     }
     let admin = Admin {
         governor: governor.clone(),
@@ -135,6 +175,45 @@ pub async fn serve(
     Ok(())
 }
 
+/// The upstream pool: plain HTTP, and HTTPS verified against the system
+/// roots plus `extra_ca` (a PEM bundle).
+fn upstream_client(extra_ca: Option<&std::path::Path>) -> anyhow::Result<crate::service::Upstream> {
+    let mut roots = rustls::RootCertStore::empty();
+    let native = rustls_native_certs::load_native_certs();
+    for cert in native.certs {
+        // A system certificate rustls cannot use is skipped, as browsers do.
+        let _ = roots.add(cert);
+    }
+    if let Some(path) = extra_ca {
+        use rustls_pki_types::pem::PemObject;
+        let certs = rustls_pki_types::CertificateDer::pem_file_iter(path).map_err(|e| {
+            anyhow::anyhow!("forward_proxy.upstream_ca_file {}: {e}", path.display())
+        })?;
+        for cert in certs {
+            let cert = cert.map_err(|e| {
+                anyhow::anyhow!("forward_proxy.upstream_ca_file {}: {e}", path.display())
+            })?;
+            roots.add(cert)?;
+        }
+    }
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http()
+        .enable_http1()
+        .build();
+    Ok(
+        hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(30))
+            .build(https),
+    )
+}
+
 /// Accepts connections until `stop`, serving each with `handler`.
 async fn accept_loop<F, Fut>(
     listener: TcpListener,
@@ -164,6 +243,41 @@ async fn accept_loop<F, Fut>(
         tokio::spawn(async move {
             if let Err(e) = conn.await {
                 tracing::debug!(error = %e, "connection ended with an error");
+            }
+        });
+    }
+}
+
+/// The forward proxy's accept loop: connections may upgrade (`CONNECT`).
+/// Tunnels and intercepted connections are long-lived, so shutdown stops
+/// accepting but does not wait for them.
+async fn accept_forward<F, Fut>(
+    listener: TcpListener,
+    handler: F,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) where
+    F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Result<Response<Body>, Infallible>> + Send + 'static,
+{
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = stop.changed() => return,
+        };
+        let _ = stream.set_nodelay(true);
+        let conn = hyper::server::conn::http1::Builder::new()
+            .serve_connection(TokioIo::new(stream), service_fn(handler.clone()))
+            .with_upgrades();
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "proxy connection ended with an error");
             }
         });
     }

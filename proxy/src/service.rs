@@ -26,9 +26,16 @@ use crate::telemetry::TelemetryQueue;
 pub type Body = http_body_util::combinators::BoxBody<Bytes, BoxError>;
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// The upstream connection pool.
-pub type Upstream =
-    hyper_util::client::legacy::Client<hyper_util::client::legacy::connect::HttpConnector, Body>;
+/// The upstream connection pool (plain HTTP and HTTPS).
+pub type Upstream = hyper_util::client::legacy::Client<
+    hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
+    Body,
+>;
+
+/// Where a request goes when it names its own upstream (the forward
+/// proxy): scheme and authority; the request's path is kept.
+#[derive(Debug, Clone)]
+pub struct UpstreamBase(pub Uri);
 
 /// How often a held call asks whether it was approved, and for how long
 /// (spec 4.2: every 2 s, at most 120 s).
@@ -142,16 +149,24 @@ impl RouteService {
         body: Body,
         decision_id: Option<uuid::Uuid>,
     ) -> (Response<Body>, Option<ExecutionEvent>) {
-        let base = &self.route.upstream;
+        let named = parts.extensions.get::<UpstreamBase>().map(|b| b.0.clone());
+        let Some(base) = named.clone().or_else(|| self.route.upstream.clone()) else {
+            return (
+                envelope(
+                    StatusCode::BAD_GATEWAY,
+                    json!({"error": "this route has no upstream", "code": "upstream_unavailable"}),
+                ),
+                None,
+            );
+        };
         let base_path = base.path().trim_end_matches('/');
-        // HTTP routes append the request's path to the upstream's base path;
-        // an MCP route's upstream is the one MCP endpoint.
-        let path_and_query = match self.route.kind {
-            Kind::Http => {
-                let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-                format!("{base_path}{pq}")
-            }
-            Kind::Mcp => match parts.uri.query() {
+        let request_pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        // The forward proxy keeps the request's path; HTTP routes append it to
+        // the upstream's base path; an MCP route's upstream is its endpoint.
+        let path_and_query = match (&named, self.route.kind) {
+            (Some(_), _) => request_pq.to_owned(),
+            (None, Kind::Http) => format!("{base_path}{request_pq}"),
+            (None, Kind::Mcp) => match parts.uri.query() {
                 Some(q) => format!("{}?{q}", base.path()),
                 None => base.path().to_owned(),
             },
