@@ -213,7 +213,7 @@ impl RouteService {
                 (Response::from_parts(parts, body), execution)
             }
             Err(e) => {
-                tracing::warn!(route = %self.route.name, error = %e, "upstream unreachable");
+                tracing::warn!(route = %self.route.name, error = %causes(&e), "upstream unreachable");
                 let execution = decision_id.map(|id| ExecutionEvent {
                     decision_id: id,
                     result: "error",
@@ -280,4 +280,17 @@ impl RouteService {
             context,
         }
     }
+}
+
+/// An error and its causes, `: `-separated (hyper's own message is only
+/// the outermost, such as "client error (Connect)").
+pub(crate) fn causes(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
 }

@@ -263,6 +263,8 @@ pub struct Sidecar {
     /// Route name → `http://addr`.
     pub routes: Vec<(String, String)>,
     pub admin: String,
+    /// `http://addr` of the forward proxy, when configured.
+    pub forward: Option<String>,
     _dir: TempDir,
 }
 
@@ -276,7 +278,9 @@ impl Sidecar {
         let process = Process::spawn(cmd);
         let mut found = Vec::new();
         let mut admin = None;
-        while found.len() < routes || admin.is_none() {
+        let mut forward = None;
+        let wants_forward = config.contains("forward_proxy:");
+        while found.len() < routes || admin.is_none() || (wants_forward && forward.is_none()) {
             let (message, fields) = process.wait_for("listening lines", |line| {
                 let v: Value = serde_json::from_str(line).ok()?;
                 let f = v.get("fields")?.clone();
@@ -289,6 +293,7 @@ impl Sidecar {
                     format!("http://{listen}"),
                 )),
                 "admin listening" => admin = Some(format!("http://{listen}")),
+                "forward proxy listening" => forward = Some(format!("http://{listen}")),
                 _ => {}
             }
         }
@@ -296,6 +301,7 @@ impl Sidecar {
             process,
             routes: found,
             admin: admin.unwrap_or_default(),
+            forward,
             _dir: dir,
         }
     }
@@ -498,4 +504,103 @@ pub fn mcp_client(url: &str, mode: &str, steps: &Value) -> Vec<Value> {
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect()
+}
+
+/// A self-signed certificate for 127.0.0.1 made with `openssl`: (cert, key).
+pub fn localhost_cert(dir: &Path) -> (PathBuf, PathBuf) {
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let out = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=127.0.0.1",
+        ])
+        .args(["-addext", "subjectAltName=IP:127.0.0.1"])
+        // An end-entity certificate (openssl marks self-signed ones as CAs,
+        // which TLS verifiers refuse as a server certificate).
+        .args(["-addext", "basicConstraints=critical,CA:FALSE"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("openssl runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (cert, key)
+}
+
+/// The HTTPS tool API of `tests/fixtures/https_api.py`.
+pub struct HttpsApi {
+    pub process: Process,
+    /// `127.0.0.1:PORT`.
+    pub authority: String,
+    log: PathBuf,
+}
+
+impl HttpsApi {
+    pub fn start(dir: &Path, cert: &Path, key: &Path, name: &str) -> HttpsApi {
+        let log = dir.join(format!("{name}.jsonl"));
+        let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures")
+            .join("https_api.py");
+        let mut cmd = Command::new("python3");
+        cmd.arg(script).arg(cert).arg(key).arg(&log);
+        let process = Process::spawn(cmd);
+        let authority = process.wait_for("`listening on` line", |line| {
+            line.strip_prefix("listening on ").map(str::to_owned)
+        });
+        HttpsApi {
+            process,
+            authority,
+            log,
+        }
+    }
+
+    /// The requests it received: `{"method", "path", "body"}`.
+    pub fn received(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+}
+
+/// `curl` through `proxy`, trusting `cacert`: (exit success, status, body).
+pub fn curl_via(proxy: &str, cacert: &Path, method: &str, url: &str) -> (bool, u16, String) {
+    let out = Command::new("curl")
+        .args([
+            "-s",
+            "-S",
+            "--max-time",
+            "20",
+            "-w",
+            "\n%{http_code}",
+            "-X",
+            method,
+            "--proxy",
+            proxy,
+        ])
+        .arg("--cacert")
+        .arg(cacert)
+        .arg(url)
+        .output()
+        .expect("curl runs");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (
+        out.status.success(),
+        code.trim().parse().unwrap_or(0),
+        body.to_owned(),
+    )
 }
