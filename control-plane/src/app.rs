@@ -43,6 +43,9 @@ pub struct AppState {
     api_touches: Arc<Mutex<HashMap<KeyId, DateTime<Utc>>>>,
     /// Key uses not written yet: the latest per key.
     pending_touches: Arc<Mutex<HashMap<KeyId, DateTime<Utc>>>>,
+    /// Set when the server begins to stop: long-lived responses (the mode
+    /// stream) end, so that graceful shutdown does not wait on them.
+    pub stopping: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 impl AppState {
@@ -80,6 +83,7 @@ impl AppState {
             sink,
             api_touches: Arc::default(),
             pending_touches: Arc::default(),
+            stopping: Arc::new(tokio::sync::watch::channel(false).0),
         };
         state.spawn_touch_flusher();
         Ok(state)
@@ -166,9 +170,14 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     let addr = listener.local_addr()?;
     tracing::info!(%addr, database = %crate::config::redact_url(&state.config.database_url), "listening on {addr}");
+    let stopping = state.stopping.clone();
     let app = router(state).into_make_service_with_connect_info::<std::net::SocketAddr>();
     axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            // Streams end now; requests in flight finish.
+            stopping.send_replace(true);
+        })
         .await?;
     tracing::info!("stopped");
     Ok(())

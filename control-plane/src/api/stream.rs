@@ -46,6 +46,19 @@ fn event(name: &str, mode: AgentMode) -> Event {
         .data(json!({ "agent_mode": mode }).to_string())
 }
 
+/// Resolves once the server is stopping.
+async fn stopped(rx: &mut tokio::sync::watch::Receiver<bool>) {
+    loop {
+        if *rx.borrow_and_update() {
+            return;
+        }
+        if rx.changed().await.is_err() {
+            // The server's state is gone; it never stops from here.
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
 struct Subscription {
     state: AppState,
     org: OrgId,
@@ -54,6 +67,8 @@ struct Subscription {
     ping: tokio::time::Interval,
     last: AgentMode,
     snapshot_sent: bool,
+    /// The server is stopping: the stream ends.
+    stopping: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Subscription {
@@ -64,6 +79,7 @@ impl Subscription {
         }
         loop {
             tokio::select! {
+                () = stopped(&mut self.stopping) => return None,
                 _ = self.ping.tick() => return Some(Event::default().event("ping").data("{}")),
                 received = self.rx.recv() => {
                     let relevant = match &received {
@@ -112,7 +128,9 @@ pub async fn stream(
     let period = state.config.stream_ping;
     let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let stopping = state.stopping.subscribe();
     let sub = Subscription {
+        stopping,
         state,
         org,
         agent_id,

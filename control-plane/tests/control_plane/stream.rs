@@ -199,7 +199,14 @@ async fn snapshot_changes_and_pings(backend: Backend) {
     )
     .await;
     assert_eq!(s, 403, "agent keys stream only their own agent");
-    srv.stop().await;
+
+    // Guards graceful shutdown against open streams: the server ends them
+    // instead of waiting on them forever (a sidecar is always subscribed).
+    let open = Events::open(&srv, &key, "bot").await;
+    tokio::time::timeout(Duration::from_secs(5), srv.stop())
+        .await
+        .expect("the server stops although a stream is open");
+    drop(open);
 }
 
 both_backends!(snapshot_changes_and_pings);
