@@ -55,7 +55,6 @@ enum Origin {
 /// The call as the engine sees it, and what is needed to rebuild it.
 #[derive(Debug)]
 struct Judged {
-    context: Map<String, Value>,
     origins: BTreeMap<String, Origin>,
     /// The body was a JSON object (else it was empty).
     json_body: bool,
@@ -74,7 +73,7 @@ fn context_of(
     headers: &HeaderMap,
     body: &Bytes,
     params: &BTreeMap<String, String>,
-) -> Result<Judged, String> {
+) -> Result<(Map<String, Value>, Judged), String> {
     let encoding = headers
         .get(header::CONTENT_ENCODING)
         .and_then(|v| v.to_str().ok())
@@ -109,11 +108,7 @@ fn context_of(
             context.insert(k.clone(), Value::String(v.clone()));
         }
     }
-    Ok(Judged {
-        context,
-        origins,
-        json_body,
-    })
+    Ok((context, Judged { origins, json_body }))
 }
 
 /// Writes a masked context back into the body and the query.
@@ -196,20 +191,25 @@ impl RouteService {
                 );
             }
         };
-        let judged = bytes
+        let (context, judged) = match bytes
             .as_ref()
             .map_err(Clone::clone)
-            .and_then(|b| context_of(&parts.uri, &parts.headers, b, &params));
+            .and_then(|b| context_of(&parts.uri, &parts.headers, b, &params))
+        {
+            Ok((context, judged)) => (Value::Object(context), Ok(judged)),
+            Err(why) => (json!({}), Err(why)),
+        };
+        // What the context weighs as JSON, at most: reports omit large ones.
+        let size_hint = bytes.as_ref().map_or(0, Bytes::len)
+            + parts.uri.query().map_or(0, str::len)
+            + params.values().map(|v| v.len() + 8).sum::<usize>();
 
         // Decide.
-        let input = ActionInput {
+        let mut input = ActionInput {
             agent_id: self.agent_id.clone(),
             target_app: self.route.name.clone(),
             action,
-            context: judged
-                .as_ref()
-                .map(|j| Value::Object(j.context.clone()))
-                .unwrap_or_else(|_| json!({})),
+            context,
         };
         let verdict = match &judged {
             Ok(_) => self.governor.decide_action(&input),
@@ -218,7 +218,7 @@ impl RouteService {
         let decided_in = started.elapsed();
         self.metrics.added(decided_in);
         self.metrics.decision(
-            &self.route.name,
+            self.route_label,
             verdict.decision.as_str(),
             verdict.enforced,
         );
@@ -226,7 +226,7 @@ impl RouteService {
         // Apply.
         let applied = match (verdict.decision, &judged, &bytes) {
             (Decision::Deny, _, _) => Applied::Block(verdict.clone()),
-            (Decision::Mask, Ok(j), _) => self.mask(&verdict, j, &parts.uri),
+            (Decision::Mask, Ok(j), _) => self.mask(&verdict, j, &input.context, &parts.uri),
             (Decision::ApprovalRequired, Ok(j), Ok(b)) => {
                 return self.hold(parts, b.clone(), j, &input, &verdict).await;
             }
@@ -236,7 +236,8 @@ impl RouteService {
             (_, _, Err(_)) => Applied::Block(verdict.clone()),
         };
         let decision_id = uuid::Uuid::now_v7();
-        let report_context = self.report_context(&verdict, &input.context);
+        let context = std::mem::take(&mut input.context);
+        let report_context = self.report_context(&verdict, context, size_hint);
         let (resp, execution) = match applied {
             Applied::Block(v) => (blocked(&v, Some(decision_id)), None),
             Applied::Forward(body, query) => {
@@ -259,8 +260,8 @@ impl RouteService {
     }
 
     /// `mask`: rewrites the named arguments, or blocks if it cannot.
-    fn mask(&self, verdict: &Verdict, judged: &Judged, uri: &Uri) -> Applied {
-        let mut masked = Value::Object(judged.context.clone());
+    fn mask(&self, verdict: &Verdict, judged: &Judged, context: &Value, uri: &Uri) -> Applied {
+        let mut masked = context.clone();
         match mask_or_block(verdict, &mut masked) {
             MaskOutcome::Masked(_) => {
                 let (body, query) = rebuild(judged, &masked, uri);
@@ -292,7 +293,7 @@ impl RouteService {
             Applied::Forward(body, None)
         } else {
             match verdict.hitl_fallback.unwrap_or(HitlFallback::Deny) {
-                HitlFallback::Mask => self.mask(verdict, judged, &parts.uri),
+                HitlFallback::Mask => self.mask(verdict, judged, &input.context, &parts.uri),
                 HitlFallback::Deny => {
                     let mut v = verdict.clone();
                     v.decision = Decision::Deny;
@@ -332,7 +333,7 @@ fn with_query(uri: &Uri, query: &str) -> Uri {
 mod tests {
     use super::*;
 
-    fn judged(uri: &str, body: &str) -> (Uri, Result<Judged, String>) {
+    fn judged(uri: &str, body: &str) -> (Uri, Result<(Map<String, Value>, Judged), String>) {
         let uri: Uri = uri.parse().unwrap();
         let params = BTreeMap::from([("id".to_owned(), "42".to_owned())]);
         let j = context_of(

@@ -98,6 +98,7 @@ pub async fn serve(
     for route in &config.routes {
         let service = Arc::new(RouteService {
             route: route.clone(),
+            route_label: Metrics::intern(&route.name),
             agent_id: config.agent_id.clone(),
             max_body_bytes: config.max_body_bytes,
             governor: governor.clone(),

@@ -49,6 +49,8 @@ const MAX_TELEMETRY_CONTEXT: usize = 32 * 1024;
 #[derive(Debug)]
 pub struct RouteService {
     pub route: Route,
+    /// The route's name as a metrics label ([`Metrics::intern`]).
+    pub route_label: &'static str,
     pub agent_id: String,
     pub max_body_bytes: usize,
     pub governor: Arc<Governor>,
@@ -244,15 +246,24 @@ impl RouteService {
     }
 
     /// The context as reported: masked by the rule's directives when it has
-    /// any; omitted when masking fails or it is too large.
-    pub(crate) fn report_context(&self, verdict: &Verdict, context: &Value) -> Option<Value> {
-        let mut copy = context.clone();
+    /// any; omitted when masking fails or when it may be too large
+    /// (`size_hint`: the bytes it was parsed from, so nothing is serialized
+    /// on the request path to measure it).
+    pub(crate) fn report_context(
+        &self,
+        verdict: &Verdict,
+        mut context: Value,
+        size_hint: usize,
+    ) -> Option<Value> {
+        if size_hint > MAX_TELEMETRY_CONTEXT {
+            return None;
+        }
         if let Some(set) = &verdict.redactions
-            && set.apply(&mut copy).is_err()
+            && set.apply(&mut context).is_err()
         {
             return None;
         }
-        (copy.to_string().len() <= MAX_TELEMETRY_CONTEXT).then_some(copy)
+        Some(context)
     }
 
     pub(crate) fn item(

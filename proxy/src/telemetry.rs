@@ -123,10 +123,14 @@ impl TelemetryQueue {
         drain_for: Duration,
     ) {
         let mut backoff = interval;
+        let mut failing = false;
         loop {
+            // A full batch goes at once, unless deliveries are failing: then
+            // only the backoff's timer wakes the flusher (a full queue must
+            // not turn retries into a busy loop).
             tokio::select! {
                 _ = tokio::time::sleep(backoff) => {}
-                _ = self.full_batch.notified() => {}
+                _ = self.full_batch.notified(), if !failing => {}
                 _ = stop.changed() => break,
             }
             let mut delivered = true;
@@ -139,6 +143,7 @@ impl TelemetryQueue {
                     break;
                 }
             }
+            failing = !delivered;
             backoff = if delivered {
                 interval
             } else {

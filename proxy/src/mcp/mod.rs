@@ -102,7 +102,7 @@ fn filter_message(
     msg: &mut Value,
     governor: &Governor,
     agent_id: &str,
-    route: &str,
+    route: &'static str,
     metrics: &Metrics,
 ) -> bool {
     if msg.get("result").is_none() {
@@ -314,6 +314,7 @@ impl RouteService {
         started: Instant,
     ) -> Response<Body> {
         let id = msg.get("id").cloned().unwrap_or(Value::Null);
+        let size_hint = bytes.len();
         let (name, args) = match tool_call(&msg) {
             Ok(call) => call,
             Err(why) => return self.unjudgeable(&id, &why, parts, bytes).await,
@@ -328,7 +329,7 @@ impl RouteService {
         let decided_in = started.elapsed();
         self.metrics.added(decided_in);
         self.metrics.decision(
-            &self.route.name,
+            self.route_label,
             verdict.decision.as_str(),
             verdict.enforced,
         );
@@ -346,7 +347,7 @@ impl RouteService {
                         &input,
                         &verdict,
                         decided_in,
-                        self.report_context(&verdict, &input.context),
+                        self.report_context(&verdict, input.context.clone(), size_hint),
                     ),
                     execution,
                 });
@@ -433,12 +434,12 @@ impl RouteService {
             .unwrap_or_default()
             .to_ascii_lowercase();
         let (governor, metrics) = (self.governor.clone(), self.metrics.clone());
-        let (agent_id, route) = (self.agent_id.clone(), self.route.name.clone());
+        let (agent_id, route) = (self.agent_id.clone(), self.route_label);
         if content_type.starts_with("text/event-stream") {
             let (parts, body) = resp.into_parts();
             let body = sse::rewrite_stream(body, move |msg: &mut Value| {
                 msg.get("id") == Some(&id)
-                    && filter_message(&filter, msg, &governor, &agent_id, &route, &metrics)
+                    && filter_message(&filter, msg, &governor, &agent_id, route, &metrics)
             });
             return Response::from_parts(parts, body);
         }
@@ -446,15 +447,18 @@ impl RouteService {
             return resp;
         }
         let (mut parts, body) = resp.into_parts();
-        let mut msg = collect_limited(body, MAX_RESULT_BYTES)
-            .await
-            .and_then(|b| serde_json::from_slice::<Value>(&b).ok());
-        if let Some(m) = &mut msg {
-            filter_message(&filter, m, &governor, &agent_id, &route, &metrics);
-        }
-        let out = match msg {
-            Some(m) => Bytes::from(m.to_string()),
-            None => {
+        let raw = collect_limited(body, MAX_RESULT_BYTES).await;
+        let mut msg = raw
+            .as_ref()
+            .and_then(|b| serde_json::from_slice::<Value>(b).ok());
+        let changed = msg
+            .as_mut()
+            .is_some_and(|m| filter_message(&filter, m, &governor, &agent_id, route, &metrics));
+        let out = match (msg, raw) {
+            (Some(m), _) if changed => Bytes::from(m.to_string()),
+            // Unchanged: the upstream's own bytes, not a re-serialization.
+            (Some(_), Some(raw)) => raw,
+            _ => {
                 // A result the sidecar cannot read is not passed as if judged.
                 let v = self
                     .governor
@@ -486,7 +490,7 @@ impl RouteService {
     ) -> Response<Body> {
         let v = self.governor.decide_unjudgeable(Facet::Action, why);
         self.metrics
-            .decision(&self.route.name, v.decision.as_str(), v.enforced);
+            .decision(self.route_label, v.decision.as_str(), v.enforced);
         if v.decision == Decision::Deny {
             return json_response(StatusCode::OK, &policy_error(id, &v, None));
         }
