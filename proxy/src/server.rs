@@ -203,11 +203,15 @@ fn upstream_client(extra_ca: Option<&std::path::Path>) -> anyhow::Result<crate::
     .with_safe_default_protocol_versions()?
     .with_root_certificates(roots)
     .with_no_client_auth();
+    let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
+    http.enforce_http(false);
+    // A decided call goes up at once: no Nagle delay on small writes.
+    http.set_nodelay(true);
     let https = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(tls)
         .https_or_http()
         .enable_http1()
-        .build();
+        .wrap_connector(http);
     Ok(
         hyper_util::client::legacy::Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(30))
