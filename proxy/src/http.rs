@@ -17,9 +17,6 @@ use std::time::Instant;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
-#[cfg(test)]
-use hyper::header::HeaderValue;
-use hyper::header::{self, HeaderMap};
 use hyper::{Request, Response, StatusCode, Uri};
 use serde_json::{Map, Value, json};
 use warden_engine::Verdict;
@@ -73,17 +70,9 @@ fn query_pairs(uri: &Uri) -> Vec<(String, String)> {
 /// cannot be judged.
 fn context_of(
     uri: &Uri,
-    headers: &HeaderMap,
     body: &Bytes,
     params: &BTreeMap<String, String>,
 ) -> Result<Parsed, String> {
-    let encoding = headers
-        .get(header::CONTENT_ENCODING)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("identity");
-    if !encoding.eq_ignore_ascii_case("identity") {
-        return Err(format!("a {encoding}-encoded body"));
-    }
     let mut context = Map::new();
     let mut origins = BTreeMap::new();
     let json_body = !body.iter().all(u8::is_ascii_whitespace);
@@ -156,7 +145,7 @@ impl RouteService {
     pub(crate) async fn govern_http(&self, req: Request<Incoming>) -> Response<Body> {
         let started = Instant::now();
         // Classify.
-        let (parts, body) = req.into_parts();
+        let (mut parts, body) = req.into_parts();
         let method = parts.method.as_str().to_ascii_uppercase();
         let path = parts.uri.path().to_owned();
         let matched = first_match(&self.route.rules, &method, &path);
@@ -194,16 +183,22 @@ impl RouteService {
                 );
             }
         };
-        let (context, judged) = match bytes
+        // Compressed bodies are judged (and forwarded) decompressed; one
+        // that cannot be decoded is forwarded as it came, if at all.
+        let decoded = bytes
+            .clone()
+            .and_then(|b| crate::body::decode(&mut parts.headers, b, self.max_body_bytes));
+        let forwardable = decoded.clone().or(bytes).ok();
+        let (context, judged) = match decoded
             .as_ref()
             .map_err(Clone::clone)
-            .and_then(|b| context_of(&parts.uri, &parts.headers, b, &params))
+            .and_then(|b| context_of(&parts.uri, b, &params))
         {
             Ok((context, judged)) => (Value::Object(context), Ok(judged)),
             Err(why) => (json!({}), Err(why)),
         };
         // What the context weighs as JSON, at most: reports omit large ones.
-        let size_hint = bytes.as_ref().map_or(0, Bytes::len)
+        let size_hint = forwardable.as_ref().map_or(0, Bytes::len)
             + parts.uri.query().map_or(0, str::len)
             + params.values().map(|v| v.len() + 8).sum::<usize>();
 
@@ -227,16 +222,16 @@ impl RouteService {
         );
 
         // Apply.
-        let applied = match (verdict.decision, &judged, &bytes) {
+        let applied = match (verdict.decision, &judged, &forwardable) {
             (Decision::Deny, _, _) => Applied::Block(verdict.clone()),
             (Decision::Mask, Ok(j), _) => self.mask(&verdict, j, &input.context, &parts.uri),
-            (Decision::ApprovalRequired, Ok(j), Ok(b)) => {
+            (Decision::ApprovalRequired, Ok(j), Some(b)) => {
                 return self.hold(parts, b.clone(), j, &input, &verdict).await;
             }
-            (_, Ok(_), Ok(b)) => Applied::Forward(b.clone(), None),
-            // Not judged yet passed (monitor, off): forward what arrived.
-            (_, Err(_), Ok(b)) => Applied::Forward(b.clone(), None),
-            (_, _, Err(_)) => Applied::Block(verdict.clone()),
+            // Judged and passed, or not judged yet passed (monitor, off).
+            (_, _, Some(b)) => Applied::Forward(b.clone(), None),
+            // Nothing whole to forward (over the limit).
+            (_, _, None) => Applied::Block(verdict.clone()),
         };
         let decision_id = uuid::Uuid::now_v7();
         let context = std::mem::take(&mut input.context);
@@ -339,12 +334,7 @@ mod tests {
     fn judged(uri: &str, body: &str) -> (Uri, Result<Parsed, String>) {
         let uri: Uri = uri.parse().unwrap();
         let params = BTreeMap::from([("id".to_owned(), "42".to_owned())]);
-        let j = context_of(
-            &uri,
-            &HeaderMap::new(),
-            &Bytes::from(body.to_owned()),
-            &params,
-        );
+        let j = context_of(&uri, &Bytes::from(body.to_owned()), &params);
         (uri, j)
     }
 
@@ -366,15 +356,6 @@ mod tests {
     fn unreadable_bodies_are_named() {
         assert!(judged("/x", "not json").1.unwrap_err().contains("not JSON"));
         assert!(judged("/x", "[1]").1.unwrap_err().contains("not an object"));
-        let mut headers = HeaderMap::new();
-        headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
-        let err = context_of(
-            &"/x".parse().unwrap(),
-            &headers,
-            &Bytes::new(),
-            &BTreeMap::new(),
-        );
-        assert!(err.unwrap_err().contains("gzip"));
     }
 
     #[test]

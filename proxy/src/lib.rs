@@ -22,6 +22,7 @@
 //! Not here yet: retrieval governance of HTTP response bodies, and
 //! decompression of compressed bodies (they are decided as unjudgeable).
 
+pub mod body;
 pub mod config;
 pub mod control;
 pub mod forward;

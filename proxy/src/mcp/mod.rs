@@ -235,6 +235,11 @@ impl RouteService {
                     .await;
             }
         };
+        let bytes =
+            match crate::body::decode(&mut parts.headers, bytes.clone(), self.max_body_bytes) {
+                Ok(decoded) => decoded,
+                Err(why) => return self.unjudgeable(&Value::Null, &why, parts, bytes).await,
+            };
         let msg: Value = match serde_json::from_slice(&bytes) {
             Ok(v) => v,
             Err(_) => {

@@ -106,6 +106,30 @@ async fn governs_an_http_tool_api() {
         "{card}"
     );
 
+    // A gzip body is judged decompressed: masked, and sent on as identity.
+    let gz = {
+        use std::io::Write;
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        enc.write_all(br#"{"card": "5555555555554444", "amount": 7}"#)
+            .unwrap();
+        enc.finish().unwrap()
+    };
+    let resp = http
+        .post(format!("{route}/v1/charges"))
+        .header("content-type", "application/json")
+        .header("content-encoding", "gzip")
+        .body(gz)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let sent: Value = serde_json::from_str(&api.calls()[2].body).unwrap();
+    let card = sent["card"].as_str().unwrap();
+    assert!(
+        card.ends_with("4444") && !card.contains("55555555"),
+        "{card}"
+    );
+
     // A body the sidecar cannot judge is not forwarded while enforcing.
     let resp = http
         .post(format!("{route}/v1/charges"))
@@ -117,7 +141,7 @@ async fn governs_an_http_tool_api() {
     assert_eq!(resp.status(), 403);
     assert_eq!(
         api.calls().len(),
-        2,
+        3,
         "unjudged bodies never reach the upstream"
     );
 
@@ -130,12 +154,12 @@ async fn governs_an_http_tool_api() {
                 None,
             )
             .await;
-        log["total"].as_u64() == Some(4)
+        log["total"].as_u64() == Some(5)
     })
     .await;
     assert!(
         logged,
-        "four decisions reported; sidecar log:\n{}",
+        "five decisions reported; sidecar log:\n{}",
         sidecar.process.logs()
     );
     let (_, log) = cp
@@ -154,7 +178,7 @@ async fn governs_an_http_tool_api() {
     assert!(denied.contains(&"delete_customer"), "{log}");
     let text = serde_json::to_string(&log).unwrap();
     assert!(
-        !text.contains("4242424242424242"),
+        !text.contains("4242424242424242") && !text.contains("5555555555554444"),
         "no card number leaves unmasked: {text}"
     );
 
