@@ -64,7 +64,8 @@ async def main() -> None:
     app = server.streamable_http_app(json_response=json_response)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
+    # PORT picks the port (the README's guide uses 7100); 0: the OS picks.
+    sock.bind(("127.0.0.1", int(os.environ.get("PORT", "0"))))
     port = sock.getsockname()[1]
     config = uvicorn.Config(app, log_level="warning")
     srv = uvicorn.Server(config)
