@@ -112,6 +112,10 @@ pub struct RawRoute {
     /// Method and path patterns mapped to actions (`http` routes).
     #[serde(default)]
     pub actions: Vec<RawHttpAction>,
+    /// Method and path patterns whose response bodies are retrievals
+    /// (`http` routes): judged before the agent reads them.
+    #[serde(default)]
+    pub retrievals: Vec<RawHttpRetrieval>,
     /// What a request no pattern matches becomes: `govern` (default: an
     /// action named after its method and path), `forward` (passed untouched,
     /// unreported) or `deny`.
@@ -126,6 +130,16 @@ pub struct RawHttpAction {
     pub pattern: String,
     /// The action name; `{name}` inserts a path parameter.
     pub action: String,
+}
+
+/// `match: "GET /v1/customers/{id}"` → `resource_type: customer`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHttpRetrieval {
+    #[serde(rename = "match")]
+    pub pattern: String,
+    /// The retrieval's `resource_type`; `{name}` inserts a path parameter.
+    pub resource_type: String,
 }
 
 impl RawConfig {
@@ -204,6 +218,9 @@ pub struct Route {
     /// Governed through the forward proxy.
     pub hosts: Vec<String>,
     pub rules: Vec<HttpRule>,
+    /// Patterns whose responses are judged as retrievals; the rule's
+    /// "action" is the `resource_type` template.
+    pub retrievals: Vec<HttpRule>,
     pub unmatched: Unmatched,
 }
 
@@ -413,6 +430,22 @@ fn route(i: usize, r: RawRoute) -> Result<Route, ConfigError> {
                 .map_err(|e: RuleError| invalid(format!("{}: {e}", at(&format!("actions[{j}]")))))
         })
         .collect::<Result<Vec<_>, _>>()?;
+    if kind == Kind::Mcp && !r.retrievals.is_empty() {
+        return Err(invalid(format!(
+            "{}: MCP routes judge every result, resource and prompt already",
+            at("retrievals")
+        )));
+    }
+    let retrievals = r
+        .retrievals
+        .iter()
+        .enumerate()
+        .map(|(j, a)| {
+            HttpRule::parse(&a.pattern, &a.resource_type).map_err(|e: RuleError| {
+                invalid(format!("{}: {e}", at(&format!("retrievals[{j}]"))))
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let listen = r
         .listen
         .as_deref()
@@ -442,6 +475,7 @@ fn route(i: usize, r: RawRoute) -> Result<Route, ConfigError> {
         name: r.name,
         kind,
         rules,
+        retrievals,
         unmatched,
     })
 }

@@ -21,7 +21,9 @@ use hyper::{Request, Response, StatusCode, Uri};
 use serde_json::{Map, Value, json};
 use warden_engine::Verdict;
 use warden_engine::client::{MaskOutcome, mask_or_block};
-use warden_engine::model::{ActionInput, Decision, Facet, HitlFallback};
+use warden_engine::model::{
+    ActionInput, Decision, Facet, HitlFallback, RetrievalInput, RetrievalOperation,
+};
 
 use crate::config::Unmatched;
 use crate::route::first_match;
@@ -149,6 +151,12 @@ impl RouteService {
         let method = parts.method.as_str().to_ascii_uppercase();
         let path = parts.uri.path().to_owned();
         let matched = first_match(&self.route.rules, &method, &path);
+        // A response that is a retrieval is judged before the agent reads it:
+        // ask the upstream for an uncompressed one.
+        let retrieval = first_match(&self.route.retrievals, &method, &path);
+        if retrieval.is_some() {
+            parts.headers.remove(hyper::header::ACCEPT_ENCODING);
+        }
         let (action, params) = match (matched, self.route.unmatched) {
             (Some(m), _) => (m.action, m.params),
             (None, Unmatched::Govern) => (
@@ -157,7 +165,8 @@ impl RouteService {
             ),
             (None, Unmatched::Forward) => {
                 let body = body.map_err(|e| Box::new(e) as BoxError).boxed();
-                return self.forward(parts, body, None).await.0;
+                let resp = self.forward(parts, body, None).await.0;
+                return self.judge_response(resp, retrieval, &method, &path).await;
             }
             (None, Unmatched::Deny) => {
                 return envelope(
@@ -226,7 +235,8 @@ impl RouteService {
             (Decision::Deny, _, _) => Applied::Block(verdict.clone()),
             (Decision::Mask, Ok(j), _) => self.mask(&verdict, j, &input.context, &parts.uri),
             (Decision::ApprovalRequired, Ok(j), Some(b)) => {
-                return self.hold(parts, b.clone(), j, &input, &verdict).await;
+                let resp = self.hold(parts, b.clone(), j, &input, &verdict).await;
+                return self.judge_response(resp, retrieval, &method, &path).await;
             }
             // Judged and passed, or not judged yet passed (monitor, off).
             (_, _, Some(b)) => Applied::Forward(b.clone(), None),
@@ -246,6 +256,7 @@ impl RouteService {
                 self.forward(parts, full(body), Some(decision_id)).await
             }
         };
+        let resp = self.judge_response(resp, retrieval, &method, &path).await;
 
         // Report.
         if verdict.evaluated {
@@ -255,6 +266,80 @@ impl RouteService {
             });
         }
         resp
+    }
+
+    /// Filter response: a successful response to a request a `retrievals`
+    /// pattern matches is decided as a retrieval of its JSON body, passed,
+    /// redacted, or withheld (`403`); one that is not readable JSON (or over
+    /// 16 MiB) is unjudgeable. Other responses pass as they came.
+    async fn judge_response(
+        &self,
+        resp: Response<Body>,
+        retrieval: Option<crate::route::Matched>,
+        method: &str,
+        path: &str,
+    ) -> Response<Body> {
+        let Some(matched) = retrieval else {
+            return resp;
+        };
+        if !resp.status().is_success() {
+            return resp;
+        }
+        let (mut parts, body) = resp.into_parts();
+        let plain = parts.headers.get(hyper::header::CONTENT_ENCODING).is_none();
+        let raw = crate::service::collect_limited(body, crate::service::MAX_RESULT_BYTES).await;
+        let mut value = raw
+            .as_ref()
+            .filter(|_| plain)
+            .and_then(|b| serde_json::from_slice::<Value>(b).ok());
+        let verdict = match &value {
+            Some(_) => self.governor.decide_retrieval(&RetrievalInput {
+                agent_id: self.agent_id.clone(),
+                operation: RetrievalOperation::Retrieve,
+                resource_type: matched.action,
+                resource_metadata: json!({
+                    "server": self.route.name, "method": method, "path": path, "params": matched.params,
+                }),
+                query: None,
+                surface: Some("http".to_owned()),
+                trust_tier: None,
+            }),
+            None => self
+                .governor
+                .decide_unjudgeable(Facet::Retrieval, "a response that is not readable JSON"),
+        };
+        self.metrics.decision(
+            self.route_label,
+            verdict.decision.as_str(),
+            verdict.enforced,
+        );
+        let withheld = |v: &Verdict| {
+            envelope(
+                StatusCode::FORBIDDEN,
+                json!({"error": "withheld by policy", "code": "policy_denied",
+                       "reason": v.reason, "rule_code": v.rule_code}),
+            )
+        };
+        let redact = matches!(verdict.decision, Decision::Redact)
+            || (verdict.decision == Decision::Escalate
+                && verdict.hitl_fallback == Some(HitlFallback::Mask));
+        let out = match (verdict.decision, value.as_mut(), raw) {
+            (Decision::Deny, _, _) => return withheld(&verdict),
+            (_, Some(v), _) if redact => match mask_or_block(&verdict, v) {
+                MaskOutcome::Masked(_) => Bytes::from(v.to_string()),
+                MaskOutcome::Blocked(_) => return withheld(&verdict),
+            },
+            (_, _, Some(raw)) => raw,
+            // Observed but not whole (over the limit): nothing to pass on.
+            (_, _, None) => {
+                return envelope(
+                    StatusCode::BAD_GATEWAY,
+                    json!({"error": "the upstream's response is over the judged limit", "code": "upstream_unavailable"}),
+                );
+            }
+        };
+        parts.headers.remove(hyper::header::CONTENT_LENGTH);
+        Response::from_parts(parts, full(out))
     }
 
     /// `mask`: rewrites the named arguments, or blocks if it cannot.

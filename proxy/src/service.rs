@@ -42,6 +42,9 @@ pub struct UpstreamBase(pub Uri);
 const APPROVAL_POLL: Duration = Duration::from_secs(2);
 const APPROVAL_WINDOW: Duration = Duration::from_secs(120);
 
+/// The largest response body judged; a larger one is unjudgeable.
+pub(crate) const MAX_RESULT_BYTES: usize = 16 * 1024 * 1024;
+
 /// The largest `context` telemetry carries (spec 4.2).
 const MAX_TELEMETRY_CONTEXT: usize = 32 * 1024;
 
@@ -304,4 +307,18 @@ pub(crate) fn causes(e: &dyn std::error::Error) -> String {
         source = s.source();
     }
     out
+}
+
+/// A response body, whole, if it fits in `limit` bytes.
+pub(crate) async fn collect_limited(mut body: Body, limit: usize) -> Option<Bytes> {
+    let mut buf = bytes::BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame.ok()?.into_data() {
+            if buf.len() + data.len() > limit {
+                return None;
+            }
+            buf.extend_from_slice(&data);
+        }
+    }
+    Some(buf.freeze())
 }

@@ -27,16 +27,13 @@ use warden_engine::model::{
 use crate::config::Unmatched;
 use crate::governor::Governor;
 use crate::metrics::Metrics;
-use crate::service::{Body, BoxError, RouteService, full};
+use crate::service::{Body, BoxError, MAX_RESULT_BYTES, RouteService, collect_limited, full};
 use crate::telemetry::Report;
 
 /// The JSON-RPC error code of a call or result blocked by policy.
 pub const POLICY_DENIED: i64 = -32050;
 /// The MCP code for a routing header that disagrees with the body.
 pub const HEADER_MISMATCH: i64 = -32020;
-
-/// The largest JSON response body judged; a larger one is unjudgeable.
-const MAX_RESULT_BYTES: usize = 16 * 1024 * 1024;
 
 /// Methods that carry no tool call or content: protocol plumbing, passed.
 const PLUMBING: &[&str] = &[
@@ -525,20 +522,6 @@ impl RouteService {
             }
         }
     }
-}
-
-/// A response body, whole, if it fits in `limit` bytes.
-async fn collect_limited(mut body: Body, limit: usize) -> Option<Bytes> {
-    let mut buf = bytes::BytesMut::new();
-    while let Some(frame) = body.frame().await {
-        if let Ok(data) = frame.ok()?.into_data() {
-            if buf.len() + data.len() > limit {
-                return None;
-            }
-            buf.extend_from_slice(&data);
-        }
-    }
-    Some(buf.freeze())
 }
 
 #[cfg(test)]

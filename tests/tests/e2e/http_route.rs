@@ -10,6 +10,8 @@ use serde_json::{Value, json};
 use warden_tests::{ControlPlane, Sidecar, ToolApi, eventually};
 
 const DENY_DELETES: &str = "package deny_deletes\ndecision := \"deny\" if startswith(input.action, \"delete_\")\nreason := \"customers are never deleted by agents\"";
+/// Customer responses reach the agent with their `path` redacted.
+const REDACT_PATHS: &str = "package customers\ndecision := \"redact\" if input.resource_type == \"customer\"\nredactions := [{\"field\": \"path\", \"mode\": \"full\"}]";
 const MASK_CARDS: &str = "package mask_cards\ndecision := \"mask\" if input.action == \"create_charge\"\nredactions := [{\"field\": \"card\", \"mode\": \"partial\", \"keepLast\": 4}]";
 
 fn config(cp: &ControlPlane, upstream: &str) -> String {
@@ -35,6 +37,9 @@ routes:
         action: get_customer
       - match: DELETE /v1/customers/{{id}}
         action: delete_customer
+    retrievals:
+      - match: GET /v1/customers/{{id}}
+        resource_type: customer
 ",
         cp.base
     )
@@ -46,6 +51,14 @@ async fn governs_an_http_tool_api() {
     let (agent_row, key) = cp.agent("billing-bot", "enforce").await;
     cp.rule("no deletes", DENY_DELETES).await;
     cp.rule("mask cards", MASK_CARDS).await;
+    let (s, r) = cp
+        .call(
+            Method::POST,
+            "/recall/rules",
+            Some(json!({"name": "customer paths", "rego_source": REDACT_PATHS})),
+        )
+        .await;
+    assert_eq!(s, 201, "{r}");
     let api = ToolApi::start().await;
     let sidecar = Sidecar::start(&config(&cp, &api.base), &key, 1);
     let ready = sidecar.ready().await;
@@ -53,13 +66,15 @@ async fn governs_an_http_tool_api() {
     let route = sidecar.route("billing");
     let http = reqwest::Client::new();
 
-    // Permit: forwarded unchanged.
+    // Permit: forwarded unchanged; the response, a retrieval, is redacted.
     let resp = http
         .get(format!("{route}/v1/customers/42?expand=true"))
         .send()
         .await
         .unwrap();
     assert_eq!(resp.status(), 200);
+    let read: Value = resp.json().await.unwrap();
+    assert_eq!(read, json!({"ok": true, "path": "[REDACTED]"}), "{read}");
     let calls = api.calls();
     assert_eq!(
         (
