@@ -79,6 +79,17 @@ impl AgentDoc {
     }
 }
 
+thread_local! {
+    static REGORUS_INPUTS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How many request inputs this thread has converted into regorus values:
+/// the fixed cost of a rule outside the native subset. Decisions by native
+/// rules convert none (a test holds the engine to that).
+pub fn regorus_inputs_on_this_thread() -> u64 {
+    REGORUS_INPUTS.with(std::cell::Cell::get)
+}
+
 /// One governed event as the `input` document. Each path the policy set reads
 /// is resolved at most once per decision, however many rules read it (the
 /// set numbers its distinct paths; see `PolicySet`), and the regorus form is
@@ -159,8 +170,10 @@ impl<'a> InputDoc<'a> {
 
     /// The document as a regorus value, converted on first use.
     pub(crate) fn regorus_value(&self) -> &regorus::Value {
-        self.regorus
-            .get_or_init(|| regorus::Value::from(self.to_json()))
+        self.regorus.get_or_init(|| {
+            REGORUS_INPUTS.with(|n| n.set(n.get() + 1));
+            regorus::Value::from(self.to_json())
+        })
     }
 
     pub(crate) fn facet(&self) -> Facet {

@@ -38,3 +38,4 @@ pub mod redact;
 
 pub use decide::{AgentContext, CompiledRule, PolicySet, RuleHit, UnifiedVerdict, Verdict};
 pub use dialect::{CompileError, Policy, Runtime, Strategy};
+pub use input::regorus_inputs_on_this_thread;

@@ -304,3 +304,38 @@ fn typical_rules_run_natively() {
     let fallback = "package a\ndecision := \"deny\" if { some x in input.context.l; x == 1 }";
     assert!(!set_for(&[fallback.to_owned()], Compile::PreferNative).rules()[0].is_native());
 }
+
+/// Guards the native path's promise: deciding with rules in the native
+/// subset never builds a regorus value of the input; one fallback rule does.
+#[test]
+fn native_decisions_build_no_regorus_values() {
+    let native: Vec<String> = (0..100)
+        .map(|i| {
+            format!(
+                "package r{i}\ndecision := \"deny\" if {{ input.target_app == \"app-{i}\"; startswith(input.action, \"drop_\"); input.context.amount > {i} }}"
+            )
+        })
+        .collect();
+    let set = set_for(&native, Compile::PreferNative);
+    assert!(set.rules().iter().all(|r| r.is_native()));
+    let input = ActionInput {
+        agent_id: "a".into(),
+        target_app: "app-7".into(),
+        action: "drop_table".into(),
+        context: json!({"amount": 3, "items": [1, 2]}),
+    };
+    let before = warden_engine::regorus_inputs_on_this_thread();
+    for _ in 0..1_000 {
+        set.decide_action(&input);
+    }
+    assert_eq!(warden_engine::regorus_inputs_on_this_thread(), before);
+
+    let fallback = "package a\ndecision := \"deny\" if { some x in input.context.items; x == 2 }";
+    let set = set_for(&[fallback.to_owned()], Compile::PreferNative);
+    assert_eq!(set.decide_action(&input).decision, Decision::Deny);
+    assert_eq!(
+        warden_engine::regorus_inputs_on_this_thread(),
+        before + 1,
+        "the counter sees the fallback path"
+    );
+}
