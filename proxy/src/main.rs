@@ -83,17 +83,20 @@ fn main() -> ExitCode {
         );
         return ExitCode::FAILURE;
     };
-    let result = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the runtime")
-        .and_then(|rt| {
-            rt.block_on(async {
-                let config = load(&path)?;
-                let listeners = Listeners::bind(&config).await.context("cannot bind")?;
-                server::serve(config, listeners, shutdown_signal()).await
-            })
-        });
+    let result = load(&path).and_then(|config| {
+        let mut runtime = tokio::runtime::Builder::new_multi_thread();
+        if let Some(n) = config.workers {
+            runtime.worker_threads(n);
+        }
+        let rt = runtime
+            .enable_all()
+            .build()
+            .context("cannot start the runtime")?;
+        rt.block_on(async {
+            let listeners = Listeners::bind(&config).await.context("cannot bind")?;
+            server::serve(config, listeners, shutdown_signal()).await
+        })
+    });
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
