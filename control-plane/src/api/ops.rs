@@ -15,13 +15,23 @@ pub async fn healthz() -> &'static str {
     "ok"
 }
 
-/// `GET /readyz`: the database (and Redis, when configured) answer.
+/// `GET /readyz`: the database (and Redis, when configured) answer, and a
+/// replica hears the others (PostgreSQL's listener is connected: without
+/// it, mode changes made elsewhere would not reach this replica's streams).
 #[utoipa::path(get, path = "/readyz", tag = "ops",
     responses((status = 200, body = String), (status = 503, body = String)))]
 pub async fn readyz(State(state): State<AppState>) -> Response {
     if let Err(e) = state.store.ping().await {
         tracing::warn!(error = %e, "not ready: database");
         return (StatusCode::SERVICE_UNAVAILABLE, "database unavailable").into_response();
+    }
+    if !state.store.hears_replicas() {
+        tracing::warn!("not ready: not listening to the other replicas yet");
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "replica listener not connected",
+        )
+            .into_response();
     }
     if let Some(redis) = &state.redis
         && let Err(e) = redis.ping().await

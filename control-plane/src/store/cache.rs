@@ -132,6 +132,11 @@ impl ReadCache {
         inner.live = live;
     }
 
+    /// Whether the cache serves (for PostgreSQL: its listener is connected).
+    pub(super) fn is_live(&self) -> bool {
+        self.lock().live
+    }
+
     /// Forgets everything.
     pub(super) fn flush(&self) {
         self.lock().clear();

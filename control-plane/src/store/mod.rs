@@ -603,6 +603,12 @@ pub trait Store: Send + Sync + 'static {
         page: Page,
     ) -> StoreResult<(Vec<RetrievalDecision>, u64)>;
 
+    /// Whether this process hears the writes and mode changes of the other
+    /// replicas sharing its database (always, for a backend without replicas).
+    fn hears_replicas(&self) -> bool {
+        true
+    }
+
     /// How many group commits may be in flight at once.
     fn concurrent_writers(&self) -> usize {
         1

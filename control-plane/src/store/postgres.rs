@@ -131,6 +131,10 @@ super::sql::store_impl!(PostgresStore, sqlx::Postgres, {
         4
     }
 
+    fn hears_replicas(&self) -> bool {
+        self.cache.is_live()
+    }
+
     fn listen(&self, bus: tokio::sync::broadcast::Sender<super::ModeEvent>) {
         self.spawn_listener(bus)
     }

@@ -95,8 +95,7 @@ async fn replicas_hear_each_others_writes_on_postgres() {
         assert_eq!(s, 200, "{d}");
         d["decision"].as_str().unwrap_or_default().to_owned()
     };
-    // Let B's listener connect, then fill B's cache.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // B is ready, so its listener is connected: fill B's cache.
     for _ in 0..3 {
         assert_eq!(decision().await, "permit");
     }

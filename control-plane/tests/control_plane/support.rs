@@ -151,13 +151,36 @@ impl TestServer {
             .await
             .expect("server runs");
         });
-        TestServer {
+        let srv = TestServer {
             base,
             client: Client::new(),
             store,
             stop: Some(stop),
             task: Some(task),
             db,
+        };
+        srv.wait_ready().await;
+        srv
+    }
+
+    /// Waits for `/readyz` (a replica is ready once it hears the others),
+    /// with a deadline; never a fixed sleep.
+    async fn wait_ready(&self) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let ready = self
+                .request(Method::GET, "/readyz", None)
+                .send()
+                .await
+                .is_ok_and(|r| r.status() == 200);
+            if ready {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the server never became ready"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
     }
 
