@@ -3,7 +3,7 @@
 //! re-encrypted to the real upstream; a host no route lists is tunnelled
 //! untouched (the client still sees the upstream's own certificate).
 
-use warden_tests::{ControlPlane, HttpsApi, Sidecar, TempDir, curl_via, localhost_cert};
+use warden_tests::{ControlPlane, HttpsApi, Sidecar, TempDir, ToolApi, curl_via, localhost_cert};
 
 const DENY_DELETES: &str =
     "package deny_deletes\ndecision := \"deny\" if startswith(input.action, \"delete_\")";
@@ -30,6 +30,7 @@ async fn intercepts_governed_hosts_and_tunnels_the_rest() {
     let cp = ControlPlane::start();
     let (_, agent_key) = cp.agent("billing-bot", "enforce").await;
     cp.rule("no deletes", DENY_DELETES).await;
+    let plain = ToolApi::start().await;
     let ca_dir = dir.0.join("sidecar-ca");
     let config = format!(
         "
@@ -51,11 +52,18 @@ routes:
         action: get_customer
       - match: DELETE /v1/customers/{{id}}
         action: delete_customer
+  - name: tools
+    kind: http
+    hosts: [\"{}\"]
+    actions:
+      - match: DELETE /v1/customers/{{id}}
+        action: delete_customer
 ",
         cp.base,
         ca_dir.display(),
         cert.display(),
-        governed.authority
+        governed.authority,
+        plain.base.trim_start_matches("http://"),
     );
     let sidecar = Sidecar::start(&config, &agent_key, 0);
     sidecar.ready().await;
@@ -105,4 +113,25 @@ routes:
         !ok,
         "the tunnel is not intercepted: the sidecar's CA does not vouch for it"
     );
+
+    // Plain HTTP through the proxy to a governed host: decided directly.
+    let (_, status, body) = curl(
+        &proxy,
+        &cert,
+        "DELETE",
+        format!("{}/v1/customers/9", plain.base),
+    )
+    .await;
+    assert_eq!(status, 403, "{body}");
+    let (_, status, body) = curl(
+        &proxy,
+        &cert,
+        "GET",
+        format!("{}/v1/customers/9", plain.base),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let calls = plain.calls();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].method, "GET");
 }
