@@ -24,9 +24,21 @@ const TOUCH_FLUSH: std::time::Duration = std::time::Duration::from_millis(500);
 /// Management-key use of `/api/...` updates `last_used_at` at most this often.
 const API_TOUCH_INTERVAL: TimeDelta = TimeDelta::seconds(60);
 
-/// What every handler can reach.
+/// What every handler can reach. Cloned for every extractor of every
+/// request, so it is one `Arc` (one reference count), not one per part.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+/// The parts of [`AppState`].
+pub struct Shared {
     pub store: Arc<dyn Store>,
     pub limiter: Arc<dyn RateLimiter>,
     /// Set when the limiter is Redis, for readiness.
@@ -72,7 +84,7 @@ impl AppState {
         let (modes, _) = tokio::sync::broadcast::channel(1024);
         // Replicas sharing PostgreSQL hear each other's changes.
         store.listen(modes.clone());
-        let state = AppState {
+        let state = AppState(Arc::new(Shared {
             modes,
             store,
             limiter,
@@ -84,7 +96,7 @@ impl AppState {
             api_touches: Arc::default(),
             pending_touches: Arc::default(),
             stopping: Arc::new(tokio::sync::watch::channel(false).0),
-        };
+        }));
         state.spawn_touch_flusher();
         Ok(state)
     }
