@@ -174,7 +174,7 @@ impl Governor {
                 return false;
             }
         };
-        let mut events = SseParser::default();
+        let mut events = crate::sse::EventReader::default();
         loop {
             match resp.chunk().await {
                 Ok(Some(chunk)) => {
@@ -208,64 +208,5 @@ impl Governor {
             }
             None => tracing::warn!("mode stream: an event without a readable agent_mode"),
         }
-    }
-}
-
-/// A minimal Server-Sent Events reader: `event:` and `data:` lines, events
-/// separated by a blank line; comments and other fields are ignored.
-#[derive(Debug, Default)]
-struct SseParser {
-    buf: String,
-    event: String,
-    data: String,
-}
-
-impl SseParser {
-    fn feed(&mut self, chunk: &[u8]) -> Vec<(String, String)> {
-        self.buf.push_str(&String::from_utf8_lossy(chunk));
-        let mut out = Vec::new();
-        while let Some(end) = self.buf.find('\n') {
-            let line: String = self.buf.drain(..=end).collect();
-            let line = line.trim_end_matches(['\n', '\r']);
-            if line.is_empty() {
-                if !self.data.is_empty() || !self.event.is_empty() {
-                    out.push((
-                        std::mem::take(&mut self.event),
-                        std::mem::take(&mut self.data),
-                    ));
-                }
-            } else if let Some(v) = line.strip_prefix("event:") {
-                self.event = v.trim().to_owned();
-            } else if let Some(v) = line.strip_prefix("data:") {
-                if !self.data.is_empty() {
-                    self.data.push('\n');
-                }
-                self.data.push_str(v.strip_prefix(' ').unwrap_or(v));
-            }
-        }
-        out
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sse_events_across_chunks() {
-        let mut p = SseParser::default();
-        assert!(p.feed(b"event: mode_snap").is_empty());
-        let got = p.feed(b"shot\ndata: {\"agent_mode\":\"monitor\"}\n\n: ping\n\nevent: x\r\n");
-        assert_eq!(
-            got,
-            vec![(
-                "mode_snapshot".to_owned(),
-                "{\"agent_mode\":\"monitor\"}".to_owned()
-            )]
-        );
-        assert_eq!(
-            p.feed(b"data: 1\ndata: 2\n\n"),
-            vec![("x".to_owned(), "1\n2".to_owned())]
-        );
     }
 }

@@ -249,11 +249,8 @@ impl RouteService {
         let (resp, execution) = match applied {
             Applied::Block(v) => (blocked(&v, Some(decision_id)), None),
             Applied::Forward(body, query) => {
-                let mut parts = parts;
-                if let Some(q) = query {
-                    parts.uri = with_query(&parts.uri, &q);
-                }
-                self.forward(parts, full(body), Some(decision_id)).await
+                self.forward_rewritten(parts, body, query, Some(decision_id))
+                    .await
             }
         };
         let resp = self.judge_response(resp, retrieval, &method, &path).await;
@@ -342,6 +339,21 @@ impl RouteService {
         Response::from_parts(parts, full(out))
     }
 
+    /// Forwards `body`, with the request's query replaced by `query` when
+    /// masking rewrote it.
+    async fn forward_rewritten(
+        &self,
+        mut parts: hyper::http::request::Parts,
+        body: Bytes,
+        query: Option<String>,
+        decision_id: Option<uuid::Uuid>,
+    ) -> (Response<Body>, Option<crate::control::ExecutionEvent>) {
+        if let Some(q) = query {
+            parts.uri = with_query(&parts.uri, &q);
+        }
+        self.forward(parts, full(body), decision_id).await
+    }
+
     /// `mask`: rewrites the named arguments, or blocks if it cannot.
     fn mask(&self, verdict: &Verdict, judged: &Judged, context: &Value, uri: &Uri) -> Applied {
         let mut masked = context.clone();
@@ -388,11 +400,7 @@ impl RouteService {
         match applied {
             Applied::Block(v) => blocked(&v, id),
             Applied::Forward(body, query) => {
-                let mut parts = parts;
-                if let Some(q) = query {
-                    parts.uri = with_query(&parts.uri, &q);
-                }
-                let (resp, execution) = self.forward(parts, full(body), id).await;
+                let (resp, execution) = self.forward_rewritten(parts, body, query, id).await;
                 // The control plane stored this decision itself: only its
                 // outcome is reported.
                 self.report_execution(execution);

@@ -33,4 +33,5 @@ pub mod metrics;
 pub mod route;
 pub mod server;
 pub mod service;
+mod sse;
 pub mod telemetry;

@@ -126,7 +126,7 @@ pub async fn serve(
         accepts.spawn(accept_loop(
             listener,
             handler,
-            graceful.clone(),
+            Some(graceful.clone()),
             stop.clone(),
         ));
     }
@@ -139,7 +139,7 @@ pub async fn serve(
         ));
         tracing::info!(listen = %listener.local_addr()?, ca_dir = %forward.ca_dir.display(), "forward proxy listening");
         let handler = move |req: Request<Incoming>| proxy.clone().handle(req);
-        accepts.spawn(accept_forward(listener, handler, stop.clone()));
+        accepts.spawn(accept_loop(listener, handler, None, stop.clone()));
     }
     let admin = Admin {
         governor: governor.clone(),
@@ -154,7 +154,7 @@ pub async fn serve(
             let admin = admin.clone();
             async move { Ok::<_, Infallible>(admin.answer(&req)) }
         },
-        graceful.clone(),
+        Some(graceful.clone()),
         stop.clone(),
     ));
 
@@ -219,11 +219,14 @@ fn upstream_client(extra_ca: Option<&std::path::Path>) -> anyhow::Result<crate::
     )
 }
 
-/// Accepts connections until `stop`, serving each with `handler`.
+/// Accepts connections until `stop`, serving each with `handler`. With
+/// `graceful`, shutdown waits for the connections' requests; without it
+/// (the forward proxy, whose connections may upgrade on `CONNECT` into
+/// long-lived tunnels), shutdown only stops accepting.
 async fn accept_loop<F, Fut>(
     listener: TcpListener,
     handler: F,
-    graceful: Arc<GracefulShutdown>,
+    graceful: Option<Arc<GracefulShutdown>>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) where
     F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
@@ -244,45 +247,14 @@ async fn accept_loop<F, Fut>(
         let _ = stream.set_nodelay(true);
         let conn = hyper::server::conn::http1::Builder::new()
             .serve_connection(TokioIo::new(stream), service_fn(handler.clone()));
-        let conn = graceful.watch(conn);
+        let graceful = graceful.clone();
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
+            let result = match graceful {
+                Some(g) => g.watch(conn).await,
+                None => conn.with_upgrades().await,
+            };
+            if let Err(e) = result {
                 tracing::debug!(error = %e, "connection ended with an error");
-            }
-        });
-    }
-}
-
-/// The forward proxy's accept loop: connections may upgrade (`CONNECT`).
-/// Tunnels and intercepted connections are long-lived, so shutdown stops
-/// accepting but does not wait for them.
-async fn accept_forward<F, Fut>(
-    listener: TcpListener,
-    handler: F,
-    mut stop: tokio::sync::watch::Receiver<bool>,
-) where
-    F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
-    Fut: Future<Output = Result<Response<Body>, Infallible>> + Send + 'static,
-{
-    loop {
-        let stream = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            _ = stop.changed() => return,
-        };
-        let _ = stream.set_nodelay(true);
-        let conn = hyper::server::conn::http1::Builder::new()
-            .serve_connection(TokioIo::new(stream), service_fn(handler.clone()))
-            .with_upgrades();
-        tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, "proxy connection ended with an error");
             }
         });
     }

@@ -8,8 +8,6 @@
 //! filter response (the result as a retrieval: allowed, redacted or
 //! withheld; `tools/list` without the tools denied outright) → report.
 
-mod sse;
-
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -439,7 +437,7 @@ impl RouteService {
         let (agent_id, route) = (self.agent_id.clone(), self.route_label);
         if content_type.starts_with("text/event-stream") {
             let (parts, body) = resp.into_parts();
-            let body = sse::rewrite_stream(body, move |msg: &mut Value| {
+            let body = crate::sse::rewrite_stream(body, move |msg: &mut Value| {
                 msg.get("id") == Some(&id)
                     && filter_message(&filter, msg, &governor, &agent_id, route, &metrics)
             });

@@ -1,7 +1,8 @@
-//! Rewriting a Server-Sent Events stream frame by frame, as it flows: each
-//! complete event (up to its blank line) is handed to a rewriter, which may
-//! change the JSON in its `data`; every other byte passes as it came. Events
-//! are never held longer than it takes their last line to arrive.
+//! Server-Sent Events, the one framing both directions use: reading the
+//! control plane's mode stream ([`EventReader`]), and rewriting an MCP
+//! server's stream event by event as it flows ([`rewrite_stream`]: each
+//! complete event, up to its blank line, is handed to a rewriter, which may
+//! change the JSON in its `data`; every other byte passes as it came).
 
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
@@ -28,25 +29,65 @@ fn event_end(buf: &[u8]) -> Option<usize> {
     None
 }
 
+/// An event's name (`event:`) and its `data:` lines joined by newlines;
+/// comments and other fields are ignored.
+fn fields(event: &[u8]) -> (String, Option<String>) {
+    let text = String::from_utf8_lossy(event);
+    let mut name = String::new();
+    let mut data: Option<String> = None;
+    for line in text.lines() {
+        if let Some(v) = line.strip_prefix("event:") {
+            name = v.trim().to_owned();
+        } else if let Some(v) = line.strip_prefix("data:") {
+            let v = v.strip_prefix(' ').unwrap_or(v);
+            match &mut data {
+                Some(d) => {
+                    d.push('\n');
+                    d.push_str(v);
+                }
+                None => data = Some(v.to_owned()),
+            }
+        }
+    }
+    (name, data)
+}
+
+/// Reads events out of a stream's chunks, whatever their boundaries.
+#[derive(Debug, Default)]
+pub(crate) struct EventReader {
+    buf: BytesMut,
+}
+
+impl EventReader {
+    /// The complete events `chunk` finishes: `(name, data)` each.
+    pub(crate) fn feed(&mut self, chunk: &[u8]) -> Vec<(String, String)> {
+        self.buf.extend_from_slice(chunk);
+        let mut out = Vec::new();
+        while let Some(end) = event_end(&self.buf) {
+            let event = self.buf.split_to(end);
+            let (name, data) = fields(&event);
+            if !name.is_empty() || data.is_some() {
+                out.push((name, data.unwrap_or_default()));
+            }
+        }
+        out
+    }
+}
+
 /// Rewrites one event: `rewrite` sees its `data` as JSON and returns true
 /// if it changed it. Unchanged events come back byte for byte.
-pub(super) fn rewrite_event(event: &[u8], rewrite: &mut dyn FnMut(&mut Value) -> bool) -> Bytes {
-    let text = String::from_utf8_lossy(event);
-    let lines: Vec<&str> = text.lines().collect();
-    let data: Vec<&str> = lines
-        .iter()
-        .filter_map(|l| l.strip_prefix("data:"))
-        .map(|d| d.strip_prefix(' ').unwrap_or(d))
-        .collect();
-    if data.is_empty() {
+fn rewrite_event(event: &[u8], rewrite: &mut dyn FnMut(&mut Value) -> bool) -> Bytes {
+    let Some(data) = fields(event).1 else {
         return Bytes::copy_from_slice(event);
-    }
-    let Ok(mut value) = serde_json::from_str::<Value>(&data.join("\n")) else {
+    };
+    let Ok(mut value) = serde_json::from_str::<Value>(&data) else {
         return Bytes::copy_from_slice(event);
     };
     if !rewrite(&mut value) {
         return Bytes::copy_from_slice(event);
     }
+    let text = String::from_utf8_lossy(event);
+    let lines: Vec<&str> = text.lines().collect();
     let mut out = String::new();
     let mut wrote_data = false;
     for line in lines.iter().filter(|l| !l.is_empty()) {
@@ -67,7 +108,7 @@ pub(super) fn rewrite_event(event: &[u8], rewrite: &mut dyn FnMut(&mut Value) ->
 }
 
 /// An upstream SSE body with each event passed through `rewrite`.
-pub(super) fn rewrite_stream(
+pub(crate) fn rewrite_stream(
     body: Body,
     rewrite: impl FnMut(&mut Value) -> bool + Send + Sync + 'static,
 ) -> Body {
@@ -116,6 +157,24 @@ pub(super) fn rewrite_stream(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn events_are_read_across_chunks() {
+        let mut p = EventReader::default();
+        assert!(p.feed(b"event: mode_snap").is_empty());
+        let got = p.feed(b"shot\ndata: {\"agent_mode\":\"monitor\"}\n\n: ping\n\nevent: x\r\n");
+        assert_eq!(
+            got,
+            vec![(
+                "mode_snapshot".to_owned(),
+                "{\"agent_mode\":\"monitor\"}".to_owned()
+            )]
+        );
+        assert_eq!(
+            p.feed(b"data: 1\ndata: 2\n\n"),
+            vec![("x".to_owned(), "1\n2".to_owned())]
+        );
+    }
 
     #[test]
     fn events_end_at_blank_lines() {
