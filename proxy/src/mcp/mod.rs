@@ -458,22 +458,28 @@ impl RouteService {
             (Some(m), _) if changed => Bytes::from(m.to_string()),
             // Unchanged: the upstream's own bytes, not a re-serialization.
             (Some(_), Some(raw)) => raw,
-            _ => {
-                // A result the sidecar cannot read is not passed as if judged.
+            (_, raw) => {
+                // A result the sidecar cannot read is not passed as if judged:
+                // denied when enforcing, passed as it came when observing.
                 let v = self
                     .governor
                     .decide_unjudgeable(Facet::Retrieval, "an unreadable MCP result");
-                let reply = if v.decision == Decision::Deny {
-                    policy_error(&id, &v, None)
-                } else {
-                    rpc_error(
-                        &id,
-                        POLICY_DENIED,
-                        "the upstream's result could not be read".into(),
-                        Value::Null,
-                    )
-                };
-                Bytes::from(reply.to_string())
+                self.metrics
+                    .decision(self.route_label, v.decision.as_str(), v.enforced);
+                match (v.decision, raw) {
+                    (Decision::Deny, _) => Bytes::from(policy_error(&id, &v, None).to_string()),
+                    (_, Some(raw)) => raw,
+                    // Over the judged limit: there is nothing whole to pass.
+                    (_, None) => Bytes::from(
+                        rpc_error(
+                            &id,
+                            POLICY_DENIED,
+                            "the upstream's result is over the judged limit".into(),
+                            Value::Null,
+                        )
+                        .to_string(),
+                    ),
+                }
             }
         };
         parts.headers.remove(header::CONTENT_LENGTH);
