@@ -73,6 +73,11 @@ impl Governor {
         self.read().bundle_version().map(str::to_owned)
     }
 
+    /// The mode the control plane last confirmed (`None` before it did).
+    pub fn confirmed_mode(&self) -> Option<AgentMode> {
+        self.read().confirmed_mode()
+    }
+
     fn confirmed_now(&self) {
         *self.confirmed_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
     }

@@ -18,9 +18,7 @@
 //! - [`mcp`]: the MCP adapter. [`forward`]: the forward proxy, with `CONNECT`
 //!   interception for governed hosts ([`forward::ca`] mints the leaves).
 //! - [`service`]: what adapters share (forwarding, approvals, reports).
-//!
-//! Not here yet: retrieval governance of HTTP response bodies, and
-//! decompression of compressed bodies (they are decided as unjudgeable).
+//! - [`body`]: bounded reads and gzip/deflate decoding of bodies.
 
 pub mod body;
 pub mod config;

@@ -15,6 +15,8 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 
+use warden_engine::model::AgentMode;
+
 use crate::config::Config;
 use crate::control::ControlPlane;
 use crate::governor::Governor;
@@ -270,12 +272,20 @@ struct Admin {
 impl Admin {
     fn answer(&self, req: &Request<Incoming>) -> Response<Body> {
         let (status, content_type, body) = match req.uri().path() {
-            "/healthz" => (StatusCode::OK, "application/json", r#"{"status":"ok"}"#.to_owned()),
+            "/healthz" => (
+                StatusCode::OK,
+                "application/json",
+                r#"{"status":"ok"}"#.to_owned(),
+            ),
             "/readyz" if self.governor.ready() => (
                 StatusCode::OK,
                 "application/json",
-                serde_json::json!({"status": "ready", "bundle_version": self.governor.bundle_version()})
-                    .to_string(),
+                serde_json::json!({
+                    "status": "ready",
+                    "bundle_version": self.governor.bundle_version(),
+                    "agent_mode": self.governor.confirmed_mode().map(AgentMode::as_str),
+                })
+                .to_string(),
             ),
             "/readyz" => (
                 StatusCode::SERVICE_UNAVAILABLE,

@@ -282,7 +282,9 @@ impl RouteService {
             agent_id: input.agent_id.clone(),
             target_app: input.target_app.clone(),
             action: input.action.clone(),
-            decision: verdict.decision.as_str(),
+            // In monitor mode, the rule's real outcome (the control plane
+            // records `permit` with it as `would_decide`).
+            decision: verdict.outcome().as_str(),
             reason: verdict.reason.clone(),
             evaluated_at: chrono::Utc::now(),
             rule_id: verdict.rule.as_ref().map(|r| r.id),

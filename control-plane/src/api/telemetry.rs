@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use utoipa::ToSchema;
 use warden_engine::model::{
-    AgentMode, Facet, TELEMETRY_BATCH_MAX, TELEMETRY_CONTEXT_MAX_BYTES, TelemetryItem,
+    AgentMode, Decision, Facet, TELEMETRY_BATCH_MAX, TELEMETRY_CONTEXT_MAX_BYTES, TelemetryItem,
 };
 
 use crate::app::AppState;
@@ -154,6 +154,17 @@ pub async fn telemetry(
                 created_at: now,
             });
         }
+        // A monitoring client reports what the rule decided with
+        // `enforced: false`; the record says what happened (`permit`) and
+        // keeps the real outcome in `would_decide`, as a server-side
+        // evaluation in monitor mode does (spec 4.2).
+        let enforced = it.enforced.unwrap_or(true);
+        let monitored = !enforced && it.agent_mode == Some(AgentMode::Monitor);
+        let (decision, would_decide) = if monitored {
+            (Decision::Permit, Some(it.decision))
+        } else {
+            (it.decision, None)
+        };
         rows.push(ActionDecision {
             id: it.decision_id,
             org,
@@ -161,13 +172,13 @@ pub async fn telemetry(
             target_app: it.target_app,
             action: it.action,
             context,
-            decision: it.decision,
-            would_decide: None,
+            decision,
+            would_decide,
             reason: it.reason,
             reason_code: None,
             rule_id: it.rule_id,
             rule_code: it.rule_code,
-            enforced: it.enforced.unwrap_or(true),
+            enforced,
             agent_mode: it.agent_mode.unwrap_or(AgentMode::Enforce),
             floor_detectors,
             source: "telemetry".into(),

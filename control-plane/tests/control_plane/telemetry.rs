@@ -19,18 +19,20 @@ fn item(id: uuid::Uuid, action: &str, rule: Option<uuid::Uuid>, decision: &str) 
     v
 }
 
+/// Creates the agent `bot`; returns its key.
+async fn agent_key(srv: &TestServer, admin: &str, mode: Option<&str>) -> String {
+    let mut body = json!({"agent_id": "bot", "name": "bot"});
+    if let Some(mode) = mode {
+        body["mode"] = json!(mode);
+    }
+    let (_, a) = send(srv, Method::POST, "/allow/agents", admin, Some(body)).await;
+    a["api_key"].as_str().unwrap().to_owned()
+}
+
 async fn telemetry_batches(backend: Backend) {
     let srv = TestServer::start(backend).await;
     let admin = srv.admin("acme").await;
-    let (_, a) = send(
-        &srv,
-        Method::POST,
-        "/allow/agents",
-        &admin,
-        Some(json!({"agent_id": "bot", "name": "bot"})),
-    )
-    .await;
-    let key = a["api_key"].as_str().unwrap().to_owned();
+    let key = agent_key(&srv, &admin, None).await;
     let (covered, uncovered, bad) = (
         uuid::Uuid::new_v4(),
         uuid::Uuid::new_v4(),
@@ -140,6 +142,54 @@ async fn telemetry_batches(backend: Backend) {
     srv.stop().await;
 }
 
+/// A monitoring sidecar reports what the rule decided with `enforced:
+/// false`: the record is a `permit` with the real outcome in `would_decide`,
+/// like a server-side evaluation in monitor mode.
+async fn monitor_observations(backend: Backend) {
+    let srv = TestServer::start(backend).await;
+    let admin = srv.admin("acme").await;
+    let key = agent_key(&srv, &admin, Some("monitor")).await;
+    let (watched, enforced) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+    let mut observed = item(watched, "delete_repo", Some(uuid::Uuid::new_v4()), "deny");
+    observed["enforced"] = json!(false);
+    observed["agent_mode"] = json!("monitor");
+    let mut real = item(enforced, "delete_repo", Some(uuid::Uuid::new_v4()), "deny");
+    real["enforced"] = json!(true);
+    real["agent_mode"] = json!("enforce");
+    let (s, r) = send(
+        &srv,
+        Method::POST,
+        "/allow/telemetry",
+        &key,
+        Some(json!({"decisions": [observed, real]})),
+    )
+    .await;
+    assert_eq!(s, 202, "{r}");
+    for (id, want) in [
+        (watched, ("permit", json!("deny"), false)),
+        (enforced, ("deny", Value::Null, true)),
+    ] {
+        let (_, rec) = send(
+            &srv,
+            Method::GET,
+            &format!("/v1/allow/decisions/{id}"),
+            &admin,
+            None,
+        )
+        .await;
+        assert_eq!(
+            (
+                rec["decision"].as_str().unwrap_or_default(),
+                rec["would_decide"].clone(),
+                rec["enforced"].as_bool().unwrap_or(true)
+            ),
+            want,
+            "{rec}"
+        );
+    }
+    srv.stop().await;
+}
+
 async fn execution_events(backend: Backend) {
     let srv = TestServer::start(backend).await;
     let admin = srv.admin("acme").await;
@@ -188,4 +238,4 @@ async fn execution_events(backend: Backend) {
     srv.stop().await;
 }
 
-both_backends!(telemetry_batches, execution_events);
+both_backends!(telemetry_batches, monitor_observations, execution_events);

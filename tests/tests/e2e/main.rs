@@ -7,3 +7,4 @@ mod forward;
 mod http_route;
 mod mcp;
 mod outage;
+mod quickstart;
