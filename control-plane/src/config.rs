@@ -23,6 +23,16 @@ pub const ENV_REDIS_URL: &str = "WARDEN_REDIS_URL";
 /// `WARDEN_LOG_FORMAT`: `json` (default) or `text`.
 pub const ENV_LOG_FORMAT: &str = "WARDEN_LOG_FORMAT";
 
+/// `WARDEN_INJECTOR_LISTEN`: the sidecar injector's HTTPS address (off when unset).
+pub const ENV_INJECTOR_LISTEN: &str = "WARDEN_INJECTOR_LISTEN";
+/// `WARDEN_INJECTOR_TLS_CERT` / `WARDEN_INJECTOR_TLS_KEY`: its PEM certificate chain and key.
+pub const ENV_INJECTOR_TLS_CERT: &str = "WARDEN_INJECTOR_TLS_CERT";
+pub const ENV_INJECTOR_TLS_KEY: &str = "WARDEN_INJECTOR_TLS_KEY";
+/// `WARDEN_SIDECAR_IMAGE`: the image injected pods run the sidecar from.
+pub const ENV_SIDECAR_IMAGE: &str = "WARDEN_SIDECAR_IMAGE";
+/// `WARDEN_SIDECAR_CONTROL_PLANE_URL`: the control plane's URL as injected sidecars reach it.
+pub const ENV_SIDECAR_CONTROL_PLANE_URL: &str = "WARDEN_SIDECAR_CONTROL_PLANE_URL";
+
 /// The configuration file's shape (TOML) and the environment's.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -40,6 +50,18 @@ pub struct RawConfig {
     pub max_body_bytes: Option<usize>,
     /// Seconds between `ping` events on the mode stream (default 25).
     pub stream_ping_secs: Option<u64>,
+    /// The sidecar injector (a Kubernetes mutating admission webhook) listens
+    /// here with TLS; off when unset.
+    pub injector_listen: Option<String>,
+    pub injector_tls_cert: Option<String>,
+    pub injector_tls_key: Option<String>,
+    /// Default `ghcr.io/warden-dev/warden-proxy:<version>`.
+    pub sidecar_image: Option<String>,
+    /// Default `http://warden-control-plane:8080`.
+    pub sidecar_control_plane_url: Option<String>,
+    /// The Secret (in the pod's namespace) holding the agent key under `key`,
+    /// when the pod names none (default `warden-agent-key`).
+    pub sidecar_key_secret: Option<String>,
 }
 
 impl RawConfig {
@@ -56,6 +78,11 @@ impl RawConfig {
             data_dir: env(ENV_DATA_DIR),
             redis_url: env(ENV_REDIS_URL),
             log_format: env(ENV_LOG_FORMAT),
+            injector_listen: env(ENV_INJECTOR_LISTEN),
+            injector_tls_cert: env(ENV_INJECTOR_TLS_CERT),
+            injector_tls_key: env(ENV_INJECTOR_TLS_KEY),
+            sidecar_image: env(ENV_SIDECAR_IMAGE),
+            sidecar_control_plane_url: env(ENV_SIDECAR_CONTROL_PLANE_URL),
             ..RawConfig::default()
         }
     }
@@ -72,6 +99,14 @@ impl RawConfig {
             rate_limit_window_secs: over.rate_limit_window_secs.or(self.rate_limit_window_secs),
             max_body_bytes: over.max_body_bytes.or(self.max_body_bytes),
             stream_ping_secs: over.stream_ping_secs.or(self.stream_ping_secs),
+            injector_listen: over.injector_listen.or(self.injector_listen),
+            injector_tls_cert: over.injector_tls_cert.or(self.injector_tls_cert),
+            injector_tls_key: over.injector_tls_key.or(self.injector_tls_key),
+            sidecar_image: over.sidecar_image.or(self.sidecar_image),
+            sidecar_control_plane_url: over
+                .sidecar_control_plane_url
+                .or(self.sidecar_control_plane_url),
+            sidecar_key_secret: over.sidecar_key_secret.or(self.sidecar_key_secret),
         }
     }
 }
@@ -100,6 +135,17 @@ pub struct Config {
     pub max_body_bytes: usize,
     /// The mode stream's heartbeat (spec §8: 25 s).
     pub stream_ping: Duration,
+    /// The sidecar injector, when enabled.
+    pub injector: Option<InjectorConfig>,
+}
+
+/// The sidecar injector's listener and what it injects.
+#[derive(Debug, Clone)]
+pub struct InjectorConfig {
+    pub listen: SocketAddr,
+    pub tls_cert: PathBuf,
+    pub tls_key: PathBuf,
+    pub sidecar: crate::injector::SidecarTemplate,
 }
 
 /// The per-key sliding window (spec §8: 600 requests per 60 s).
@@ -135,6 +181,7 @@ impl std::fmt::Debug for Config {
             .field("rate_limit", &self.rate_limit)
             .field("max_body_bytes", &self.max_body_bytes)
             .field("stream_ping", &self.stream_ping)
+            .field("injector", &self.injector)
             .finish()
     }
 }
@@ -147,9 +194,50 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
+/// The injector's part of `raw`: all or nothing.
+fn injector(raw: &RawConfig) -> Result<Option<InjectorConfig>, ConfigError> {
+    let Some(listen) = raw.injector_listen.as_deref().filter(|l| !l.is_empty()) else {
+        return Ok(None);
+    };
+    let listen: SocketAddr = listen.parse().map_err(|_| {
+        ConfigError(format!(
+            "injector listen address `{listen}` is not HOST:PORT"
+        ))
+    })?;
+    let (Some(cert), Some(key)) = (&raw.injector_tls_cert, &raw.injector_tls_key) else {
+        return Err(ConfigError(format!(
+            "the injector serves HTTPS only: set {ENV_INJECTOR_TLS_CERT} and {ENV_INJECTOR_TLS_KEY}"
+        )));
+    };
+    let defaults = crate::injector::SidecarTemplate::default();
+    let control_plane_url = raw
+        .sidecar_control_plane_url
+        .clone()
+        .unwrap_or(defaults.control_plane_url);
+    if !control_plane_url.starts_with("http://") && !control_plane_url.starts_with("https://") {
+        return Err(ConfigError(format!(
+            "{ENV_SIDECAR_CONTROL_PLANE_URL} must be an http:// or https:// URL"
+        )));
+    }
+    Ok(Some(InjectorConfig {
+        listen,
+        tls_cert: PathBuf::from(cert),
+        tls_key: PathBuf::from(key),
+        sidecar: crate::injector::SidecarTemplate {
+            image: raw.sidecar_image.clone().unwrap_or(defaults.image),
+            control_plane_url,
+            key_secret: raw
+                .sidecar_key_secret
+                .clone()
+                .unwrap_or(defaults.key_secret),
+        },
+    }))
+}
+
 impl Config {
     /// Validates `raw`, filling defaults.
     pub fn from_raw(raw: RawConfig) -> Result<Config, ConfigError> {
+        let injector = injector(&raw)?;
         let listen = raw.listen.as_deref().unwrap_or("127.0.0.1:8080");
         let listen: SocketAddr = listen
             .parse()
@@ -206,6 +294,7 @@ impl Config {
             return Err(ConfigError("stream_ping_secs must be positive".into()));
         }
         Ok(Config {
+            injector,
             stream_ping: Duration::from_secs(ping),
             listen,
             database_url,
@@ -242,6 +331,28 @@ mod tests {
             .map(|(k, v)| ((*k).into(), (*v).into()))
             .collect();
         move |k| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
+    }
+
+    #[test]
+    fn the_injector_is_off_by_default_and_needs_its_certificate() {
+        assert!(
+            Config::from_raw(RawConfig::default())
+                .unwrap()
+                .injector
+                .is_none()
+        );
+        let listen = RawConfig::from_env(&env(&[(ENV_INJECTOR_LISTEN, "0.0.0.0:9443")]));
+        let err = Config::from_raw(listen.clone()).err().unwrap();
+        assert!(err.0.contains(ENV_INJECTOR_TLS_CERT), "{err}");
+        let full = listen.overlay(RawConfig::from_env(&env(&[
+            (ENV_INJECTOR_TLS_CERT, "/tls/tls.crt"),
+            (ENV_INJECTOR_TLS_KEY, "/tls/tls.key"),
+            (ENV_SIDECAR_IMAGE, "warden-proxy:dev"),
+        ])));
+        let inj = Config::from_raw(full).unwrap().injector.unwrap();
+        assert_eq!(inj.listen.port(), 9443);
+        assert_eq!(inj.sidecar.image, "warden-proxy:dev");
+        assert_eq!(inj.sidecar.key_secret, "warden-agent-key");
     }
 
     #[test]

@@ -18,6 +18,8 @@
 //! - [`error`]: [`error::ApiError`], the one error type, rendered as the
 //!   spec's envelope; [`extract`]: extractors whose rejections are
 //!   `ApiError`s; [`metrics`], [`openapi`].
+//! - [`injector`]: the sidecar injector, a Kubernetes mutating admission
+//!   webhook on its own TLS listener.
 //!
 //! # Not here
 //! Decisions are made by `warden-engine`; this crate stores, serves and
@@ -33,6 +35,7 @@ pub mod error;
 pub mod evaluate;
 pub mod extract;
 pub mod idempotency;
+pub mod injector;
 pub mod keys;
 pub mod limit;
 pub mod metrics;

@@ -16,6 +16,7 @@ use warden_control_plane::auth::{Audience, Environment, Permission, Scope, parse
 use warden_control_plane::config::{
     Config, ENV_DATABASE_URL, ENV_LISTEN, ENV_REDIS_URL, LogFormat, RawConfig,
 };
+use warden_control_plane::injector;
 use warden_control_plane::keys::{self, Expiry, Grace, KeySpec};
 use warden_control_plane::store::{self, KeyId, Page};
 
@@ -57,6 +58,16 @@ struct ServeArgs {
     /// Redis for a rate limiter shared by replicas [env: WARDEN_REDIS_URL].
     #[arg(long)]
     redis_url: Option<String>,
+    /// Serve the sidecar injector (a Kubernetes mutating admission webhook)
+    /// with TLS on this address [env: WARDEN_INJECTOR_LISTEN; default: off].
+    #[arg(long)]
+    injector_listen: Option<String>,
+    /// The injector's PEM certificate chain [env: WARDEN_INJECTOR_TLS_CERT].
+    #[arg(long)]
+    injector_tls_cert: Option<String>,
+    /// The injector's PEM private key [env: WARDEN_INJECTOR_TLS_KEY].
+    #[arg(long)]
+    injector_tls_key: Option<String>,
     #[command(flatten)]
     db: DbArgs,
 }
@@ -172,6 +183,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         RawConfig {
             listen: args.listen,
             redis_url: args.redis_url,
+            injector_listen: args.injector_listen,
+            injector_tls_cert: args.injector_tls_cert,
+            injector_tls_key: args.injector_tls_key,
             ..RawConfig::default()
         },
     )?;
@@ -180,10 +194,39 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("binding {} (set {ENV_LISTEN} or --listen)", config.listen))?;
+    let injector = match &config.injector {
+        Some(inj) => {
+            let tls = injector::tls_config(&inj.tls_cert, &inj.tls_key)?;
+            let listener = tokio::net::TcpListener::bind(inj.listen)
+                .await
+                .with_context(|| format!("binding the injector on {}", inj.listen))?;
+            Some((inj.sidecar.clone(), tls, listener))
+        }
+        None => None,
+    };
     let state = AppState::open(config).await.context(format!(
         "opening the database ({ENV_DATABASE_URL}) or Redis ({ENV_REDIS_URL})"
     ))?;
-    app::serve(state, listener, shutdown_signal()).await
+    // One signal stops both servers.
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let stopped = move || {
+        let mut stop = stop.clone();
+        async move {
+            let _ = stop.wait_for(|s| *s).await;
+        }
+    };
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        stop_tx.send_replace(true);
+    });
+    let injector = injector.map(|(template, tls, listener)| {
+        tokio::spawn(injector::serve(template, tls, listener, stopped()))
+    });
+    let served = app::serve(state, listener, stopped()).await;
+    if let Some(task) = injector {
+        task.await.context("the injector task")??;
+    }
+    served
 }
 
 async fn keys_command(cmd: KeysCommand) -> anyhow::Result<()> {

@@ -26,11 +26,19 @@ struct Cli {
     check_config: Option<std::path::PathBuf>,
 }
 
+/// The configuration's text inline, when no file is given: how the sidecar
+/// injector configures an injected sidecar (JSON is YAML).
+const ENV_CONFIG_YAML: &str = "WARDEN_PROXY_CONFIG_YAML";
+
 fn load(path: &std::path::Path) -> anyhow::Result<Config> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    parse(&text)
+}
+
+fn parse(text: &str) -> anyhow::Result<Config> {
     let env = |name: &str| std::env::var(name).ok();
-    let raw = RawConfig::from_yaml(&text)?.with_env(&env);
+    let raw = RawConfig::from_yaml(text)?.with_env(&env);
     Ok(Config::from_raw(raw, &env)?)
 }
 
@@ -77,13 +85,18 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .init();
-    let Some(path) = cli.config else {
-        eprintln!(
-            "warden-proxy: give --config FILE (or WARDEN_PROXY_CONFIG), or --check-config FILE"
-        );
-        return ExitCode::FAILURE;
+    let loaded = match (cli.config, std::env::var(ENV_CONFIG_YAML)) {
+        (Some(path), _) => load(&path),
+        (None, Ok(text)) => parse(&text).context(ENV_CONFIG_YAML),
+        (None, Err(_)) => {
+            eprintln!(
+                "warden-proxy: give --config FILE (or WARDEN_PROXY_CONFIG, or the text in \
+                 {ENV_CONFIG_YAML}), or --check-config FILE"
+            );
+            return ExitCode::FAILURE;
+        }
     };
-    let result = load(&path).and_then(|config| {
+    let result = loaded.and_then(|config| {
         let mut runtime = tokio::runtime::Builder::new_multi_thread();
         if let Some(n) = config.workers {
             runtime.worker_threads(n);

@@ -18,6 +18,9 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 /// The CA's files in its directory.
 pub const CA_CERT: &str = "ca.pem";
 pub const CA_KEY: &str = "ca-key.pem";
+/// The system roots plus the CA, for clients whose CA setting replaces
+/// their roots.
+pub const CA_BUNDLE: &str = "ca-bundle.pem";
 
 /// A CA failure, with what to fix.
 #[derive(Debug, thiserror::Error)]
@@ -62,6 +65,7 @@ impl Ca {
             .map_err(fail(cert_path.display().to_string()))?;
         let cert = rustls_pki_types::pem::PemObject::from_pem_slice(cert_pem.as_bytes())
             .map_err(|e| CaError(format!("{}: {e}", cert_path.display())))?;
+        write_bundle(dir, &cert_pem)?;
         Ok(Ca {
             issuer,
             cert,
@@ -107,6 +111,30 @@ impl Ca {
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(config)
     }
+}
+
+/// Writes `ca-bundle.pem`: the system's roots followed by the sidecar's CA.
+/// `SSL_CERT_FILE` and `REQUESTS_CA_BUNDLE` replace a client's roots, so an
+/// agent pointed at this file still verifies the hosts that are tunnelled
+/// untouched. Rewritten at every start (the roots may have changed), through
+/// a temporary file so that a reader never sees half of it.
+fn write_bundle(dir: &Path, ca_pem: &str) -> Result<(), CaError> {
+    use base64::Engine as _;
+    let mut bundle = String::new();
+    for root in rustls_native_certs::load_native_certs().certs {
+        let b64 = base64::engine::general_purpose::STANDARD.encode(root.as_ref());
+        bundle.push_str("-----BEGIN CERTIFICATE-----\n");
+        for line in b64.as_bytes().chunks(64) {
+            bundle.push_str(std::str::from_utf8(line).unwrap_or_default());
+            bundle.push('\n');
+        }
+        bundle.push_str("-----END CERTIFICATE-----\n");
+    }
+    bundle.push_str(ca_pem);
+    let (tmp, path) = (dir.join(".ca-bundle.pem.tmp"), dir.join(CA_BUNDLE));
+    std::fs::write(&tmp, bundle)
+        .and_then(|()| std::fs::rename(&tmp, &path))
+        .map_err(|e| CaError(format!("{}: {e}", path.display())))
 }
 
 fn time_now() -> time::OffsetDateTime {
@@ -166,6 +194,18 @@ mod tests {
             "not regenerated"
         );
         again.server_config("api.example.com").unwrap();
+        // The bundle holds the system's roots, then the CA, each parseable.
+        let bundle = std::fs::read(dir.join(CA_BUNDLE)).unwrap();
+        use rustls_pki_types::pem::PemObject as _;
+        let certs: Vec<_> = rustls_pki_types::CertificateDer::pem_slice_iter(&bundle)
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let roots = rustls_native_certs::load_native_certs().certs.len();
+        assert_eq!(certs.len(), roots + 1);
+        assert_eq!(
+            certs.last().map(|c| c.as_ref().to_vec()),
+            Some(again.cert.as_ref().to_vec())
+        );
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;

@@ -5,6 +5,7 @@ mod approval;
 mod examples;
 mod forward;
 mod http_route;
+mod injector;
 mod mcp;
 mod outage;
 mod quickstart;

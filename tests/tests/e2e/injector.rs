@@ -1,0 +1,256 @@
+//! The sidecar injector over HTTPS with real `AdmissionReview` JSON: an
+//! opted-in pod is patched (the patch applied as the API server would, and
+//! the injected sidecar's configuration accepted by the real sidecar), a pod
+//! that did not opt in and an injected pod are untouched, a pod that cannot
+//! be governed is refused, and a malformed review is a 400, not a crash.
+
+use std::process::Command;
+
+use base64::Engine as _;
+use serde_json::{Value, json};
+use warden_tests::{Process, TempDir, bin_dir, localhost_cert};
+
+struct Injector {
+    _process: Process,
+    url: String,
+    http: reqwest::Client,
+    _dir: TempDir,
+}
+
+impl Injector {
+    fn start() -> Injector {
+        let dir = TempDir::new();
+        let (cert, key) = localhost_cert(&dir.0);
+        let mut cmd = Command::new(bin_dir().join("warden-control-plane"));
+        cmd.args(["serve", "--listen", "127.0.0.1:0"])
+            .args(["--injector-listen", "127.0.0.1:0"])
+            .arg("--injector-tls-cert")
+            .arg(&cert)
+            .arg("--injector-tls-key")
+            .arg(&key)
+            .env(
+                "WARDEN_DATABASE_URL",
+                format!("sqlite://{}", dir.0.join("w.db").display()),
+            )
+            .env("WARDEN_SIDECAR_IMAGE", "registry.example/warden-proxy:test")
+            .env(
+                "WARDEN_SIDECAR_CONTROL_PLANE_URL",
+                "http://warden.warden.svc:8080",
+            );
+        let process = Process::spawn(cmd);
+        let addr = process.wait_for("the injector's listening line", |line| {
+            line.split("injector listening on ")
+                .nth(1)
+                .map(|rest| rest.split('"').next().unwrap_or_default().to_owned())
+        });
+        let ca = reqwest::Certificate::from_pem(&std::fs::read(&cert).unwrap()).unwrap();
+        let http = reqwest::Client::builder()
+            .add_root_certificate(ca)
+            .no_proxy()
+            .build()
+            .unwrap();
+        Injector {
+            _process: process,
+            url: format!("https://{addr}"),
+            http,
+            _dir: dir,
+        }
+    }
+
+    async fn review(&self, scope: &str, body: String) -> (u16, Value) {
+        let resp = self
+            .http
+            .post(format!("{}/inject?scope={scope}", self.url))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .expect("the injector answers over TLS");
+        (
+            resp.status().as_u16(),
+            resp.json().await.unwrap_or(Value::Null),
+        )
+    }
+}
+
+fn admission(pod: &Value) -> String {
+    json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": "agents",
+            "operation": "CREATE",
+            "object": pod
+        }
+    })
+    .to_string()
+}
+
+fn agent_pod(annotations: Value) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "generateName": "billing-bot-7d9f8-",
+            "namespace": "agents",
+            "labels": {"app": "billing-bot"},
+            "annotations": annotations
+        },
+        "spec": {
+            "containers": [{
+                "name": "agent",
+                "image": "agent:1",
+                "env": [{"name": "NO_PROXY", "value": "internal.example"}]
+            }]
+        }
+    })
+}
+
+const ROUTES: &str = r#"[{"name":"stripe","kind":"http","hosts":["api.stripe.com"],"actions":[{"match":"POST /v1/refunds","action":"create_refund"}]}]"#;
+
+/// The patched pod, after checking the answer's envelope.
+fn patched(pod: &Value, answer: &Value) -> Value {
+    let r = &answer["response"];
+    assert_eq!(answer["kind"], "AdmissionReview", "{answer}");
+    assert_eq!(r["uid"], "705ab4f5-6393-11e8-b7cc-42010a800002");
+    assert_eq!(r["allowed"], true, "{answer}");
+    assert_eq!(r["patchType"], "JSONPatch", "{answer}");
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(r["patch"].as_str().unwrap())
+        .unwrap();
+    let patch: json_patch::Patch = serde_json::from_slice(&bytes).unwrap();
+    let mut pod = pod.clone();
+    json_patch::patch(&mut pod, &patch).expect("the patch applies to the pod");
+    pod
+}
+
+fn env<'a>(container: &'a Value, name: &str) -> Option<&'a str> {
+    container["env"]
+        .as_array()?
+        .iter()
+        .find(|e| e["name"] == name)
+        .and_then(|e| e["value"].as_str())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn injects_opted_in_pods_and_only_those() {
+    let inj = Injector::start();
+
+    // Opted in by annotation, in a namespace that is not labelled.
+    let pod = agent_pod(json!({"warden.dev/inject": "true", "warden.dev/routes": ROUTES}));
+    let (status, answer) = inj.review("pod", admission(&pod)).await;
+    assert_eq!(status, 200, "{answer}");
+    let pod = patched(&pod, &answer);
+
+    let sidecar = &pod["spec"]["initContainers"][0];
+    assert_eq!(sidecar["name"], "warden-proxy");
+    assert_eq!(sidecar["restartPolicy"], "Always", "a native sidecar");
+    assert_eq!(sidecar["image"], "registry.example/warden-proxy:test");
+    assert_eq!(sidecar["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(
+        sidecar["env"][1]["valueFrom"]["secretKeyRef"]["name"],
+        "warden-agent-key"
+    );
+    assert_eq!(
+        pod["metadata"]["annotations"]["warden.dev/status"],
+        "injected"
+    );
+    assert_eq!(pod["spec"]["volumes"][0]["name"], "warden-ca");
+
+    let agent = &pod["spec"]["containers"][0];
+    assert_eq!(env(agent, "HTTPS_PROXY"), Some("http://127.0.0.1:15001"));
+    assert_eq!(env(agent, "HTTP_PROXY"), Some("http://127.0.0.1:15001"));
+    assert_eq!(
+        env(agent, "SSL_CERT_FILE"),
+        Some("/var/run/warden/ca/ca-bundle.pem")
+    );
+    assert_eq!(
+        env(agent, "REQUESTS_CA_BUNDLE"),
+        Some("/var/run/warden/ca/ca-bundle.pem")
+    );
+    assert_eq!(
+        env(agent, "NODE_EXTRA_CA_CERTS"),
+        Some("/var/run/warden/ca/ca.pem")
+    );
+    assert_eq!(
+        env(agent, "NO_PROXY"),
+        Some("internal.example"),
+        "the pod's own variables win"
+    );
+    assert_eq!(agent["volumeMounts"][0]["mountPath"], "/var/run/warden/ca");
+
+    // The injected configuration is one the real sidecar accepts.
+    let config = env(sidecar, "WARDEN_PROXY_CONFIG_YAML").expect("inline config");
+    let parsed: Value = serde_json::from_str(config).unwrap();
+    assert_eq!(parsed["agent_id"], "billing-bot");
+    assert_eq!(
+        parsed["control_plane"]["url"],
+        "http://warden.warden.svc:8080"
+    );
+    let dir = TempDir::new();
+    let file = dir.0.join("injected.yaml");
+    std::fs::write(&file, config).unwrap();
+    let check = Command::new(bin_dir().join("warden-proxy"))
+        .arg("--check-config")
+        .arg(&file)
+        .env("WARDEN_AGENT_KEY", "allow_test")
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+
+    // Injection is idempotent: the injected pod is not patched again.
+    let (_, again) = inj.review("namespace", admission(&pod)).await;
+    assert_eq!(again["response"]["allowed"], true);
+    assert!(again["response"].get("patch").is_none(), "{again}");
+
+    // A pod that did not opt in, in a namespace that did not either.
+    let plain = agent_pod(json!({}));
+    let (_, untouched) = inj.review("pod", admission(&plain)).await;
+    assert_eq!(untouched["response"]["allowed"], true);
+    assert!(untouched["response"].get("patch").is_none(), "{untouched}");
+
+    // A pod that opted out of a labelled namespace.
+    let out = agent_pod(json!({"warden.dev/inject": "false"}));
+    let (_, untouched) = inj.review("namespace", admission(&out)).await;
+    assert!(untouched["response"].get("patch").is_none(), "{untouched}");
+
+    // A labelled namespace's pod without routes: refused, saying how to fix it.
+    let (_, refused) = inj.review("namespace", admission(&plain)).await;
+    assert_eq!(refused["response"]["allowed"], false, "{refused}");
+    let message = refused["response"]["status"]["message"].as_str().unwrap();
+    assert!(message.contains("warden.dev/routes"), "{message}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_reviews_are_errors_not_crashes() {
+    let inj = Injector::start();
+    for body in [
+        "not json".to_owned(),
+        json!({"kind": "Pod"}).to_string(),
+        json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {}})
+            .to_string(),
+    ] {
+        let (status, answer) = inj.review("namespace", body.clone()).await;
+        assert_eq!(status, 400, "{body}: {answer}");
+        assert_eq!(answer["code"], "invalid_request", "{answer}");
+    }
+    let (status, _) = inj
+        .review("everywhere", admission(&agent_pod(json!({}))))
+        .await;
+    assert_eq!(status, 400);
+    // Still serving.
+    let health = inj
+        .http
+        .get(format!("{}/healthz", inj.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(health.status().as_u16(), 200);
+}
