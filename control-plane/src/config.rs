@@ -33,6 +33,9 @@ pub const ENV_SIDECAR_IMAGE: &str = "WARDEN_SIDECAR_IMAGE";
 /// `WARDEN_SIDECAR_CONTROL_PLANE_URL`: the control plane's URL as injected sidecars reach it.
 pub const ENV_SIDECAR_CONTROL_PLANE_URL: &str = "WARDEN_SIDECAR_CONTROL_PLANE_URL";
 
+/// `WARDEN_SIDECAR_KEY_SECRET`: the Secret holding an injected agent's key (default `warden-agent-key`).
+pub const ENV_SIDECAR_KEY_SECRET: &str = "WARDEN_SIDECAR_KEY_SECRET";
+
 /// The configuration file's shape (TOML) and the environment's.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -83,6 +86,7 @@ impl RawConfig {
             injector_tls_key: env(ENV_INJECTOR_TLS_KEY),
             sidecar_image: env(ENV_SIDECAR_IMAGE),
             sidecar_control_plane_url: env(ENV_SIDECAR_CONTROL_PLANE_URL),
+            sidecar_key_secret: env(ENV_SIDECAR_KEY_SECRET),
             ..RawConfig::default()
         }
     }

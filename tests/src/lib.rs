@@ -418,28 +418,43 @@ pub const MCP_SDK: &str = "mcp==2.3.0";
 /// the target directory; returns its interpreter.
 pub fn mcp_python() -> PathBuf {
     static PYTHON: OnceLock<PathBuf> = OnceLock::new();
+    PYTHON.get_or_init(|| venv("mcp-venv", &[MCP_SDK])).clone()
+}
+
+/// The chart's test tools: Helm's Go SDK behind a C interface (lint and
+/// render without a `helm` binary) and the Kubernetes schemas.
+pub const CHART_TOOLS: [&str; 2] = ["helm-python-sdk==0.2.2", "kubernetes-validate==1.37.0"];
+
+/// A Python virtual environment with the chart's test tools.
+pub fn chart_python() -> PathBuf {
+    static PYTHON: OnceLock<PathBuf> = OnceLock::new();
     PYTHON
-        .get_or_init(|| {
-            let venv = bin_dir().join("mcp-venv");
-            let python = venv.join("bin").join("python");
-            let ready = venv.join(format!(".{MCP_SDK}"));
-            if !ready.exists() {
-                let made = Command::new("python3")
-                    .args(["-m", "venv"])
-                    .arg(&venv)
-                    .status()
-                    .expect("python3 runs");
-                assert!(made.success(), "python3 -m venv failed");
-                let installed = Command::new(&python)
-                    .args(["-m", "pip", "install", "-q", MCP_SDK])
-                    .status()
-                    .expect("pip runs");
-                assert!(installed.success(), "pip install {MCP_SDK} failed");
-                std::fs::write(&ready, b"").expect("marker");
-            }
-            python
-        })
+        .get_or_init(|| venv("chart-venv", &CHART_TOOLS))
         .clone()
+}
+
+/// A virtual environment `name` under the target directory with `packages`
+/// (pinned), made once and reused while the pins stay the same.
+fn venv(name: &str, packages: &[&str]) -> PathBuf {
+    let venv = bin_dir().join(name);
+    let python = venv.join("bin").join("python");
+    let ready = venv.join(format!(".{}", packages.join("+")));
+    if !ready.exists() {
+        let made = Command::new("python3")
+            .args(["-m", "venv"])
+            .arg(&venv)
+            .status()
+            .expect("python3 runs");
+        assert!(made.success(), "python3 -m venv failed");
+        let installed = Command::new(&python)
+            .args(["-m", "pip", "install", "-q"])
+            .args(packages)
+            .status()
+            .expect("pip runs");
+        assert!(installed.success(), "pip install {packages:?} failed");
+        std::fs::write(&ready, b"").expect("marker");
+    }
+    python
 }
 
 /// `tests/mcp/<name>`.

@@ -2,8 +2,8 @@
 //! the control plane binary on its own TLS listener (`--injector-listen`).
 //!
 //! [`patch`] decides and builds the JSON Patch; this module serves it:
-//! `POST /inject?scope=namespace|pod` (the chart registers one webhook per
-//! scope), `GET /healthz`. A review that cannot be read is answered `400`
+//! `POST /inject/namespace` and `POST /inject/pod` (the chart registers one
+//! webhook per scope), `GET /healthz`. A review that cannot be read is answered `400`
 //! with a JSON error; the API server then applies the webhook's failure
 //! policy.
 
@@ -11,18 +11,16 @@ mod patch;
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Context;
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Query, State};
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use hyper_util::rt::TokioIo;
-use serde::Deserialize;
 use serde_json::json;
 use tokio::net::TcpListener;
 use tower::ServiceExt;
@@ -36,20 +34,15 @@ pub use patch::{
 /// An admission review is a pod spec: 1 MiB is far above any real one.
 const MAX_REVIEW_BYTES: usize = 1024 * 1024;
 
-#[derive(Debug, Deserialize)]
-struct InjectQuery {
-    scope: Option<String>,
-}
-
 async fn inject(
     State(template): State<Arc<SidecarTemplate>>,
-    Query(q): Query<InjectQuery>,
+    Path(scope): Path<String>,
     body: Bytes,
 ) -> Response {
-    let scope = match q.scope.as_deref() {
-        Some("pod") => Scope::Pod,
-        None | Some("namespace") => Scope::Namespace,
-        Some(other) => {
+    let scope = match scope.as_str() {
+        "pod" => Scope::Pod,
+        "namespace" => Scope::Namespace,
+        other => {
             return bad_request(&format!("scope must be namespace or pod, got `{other}`"));
         }
     };
@@ -77,7 +70,7 @@ fn bad_request(why: &str) -> Response {
 
 fn router(template: SidecarTemplate) -> Router {
     Router::new()
-        .route("/inject", post(inject))
+        .route("/inject/{scope}", post(inject))
         .route(
             "/healthz",
             get(|| async { axum::Json(json!({"status": "ok"})) }),
@@ -87,7 +80,10 @@ fn router(template: SidecarTemplate) -> Router {
 }
 
 /// The TLS configuration from a PEM certificate chain and key.
-pub fn tls_config(cert: &Path, key: &Path) -> anyhow::Result<rustls::ServerConfig> {
+pub fn tls_config(
+    cert: &std::path::Path,
+    key: &std::path::Path,
+) -> anyhow::Result<rustls::ServerConfig> {
     use rustls_pki_types::pem::PemObject;
     use rustls_pki_types::{CertificateDer, PrivateKeyDer};
     let certs = CertificateDer::pem_file_iter(cert)

@@ -60,7 +60,7 @@ impl Injector {
     async fn review(&self, scope: &str, body: String) -> (u16, Value) {
         let resp = self
             .http
-            .post(format!("{}/inject?scope={scope}", self.url))
+            .post(format!("{}/inject/{scope}", self.url))
             .header("content-type", "application/json")
             .body(body)
             .send()

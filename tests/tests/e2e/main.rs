@@ -2,6 +2,7 @@
 //! sidecar in front of real upstreams, driven by real clients on 127.0.0.1.
 
 mod approval;
+mod chart;
 mod examples;
 mod forward;
 mod http_route;
