@@ -56,3 +56,48 @@ fn the_quickstart_fails_loudly() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `--keep-running` leaves the servers up after the tour: the printed
+/// control plane answers with the printed key until the process is stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_running_leaves_the_servers_up() {
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new(bin_dir().join("warden-quickstart"))
+        .arg("--keep-running")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("warden-quickstart starts");
+    let stdout = child.stdout.take().unwrap();
+    let (base, key) = tokio::task::spawn_blocking(move || {
+        let (mut base, mut key) = (None, None);
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Some(url) = line.trim().strip_prefix("listening on ") {
+                base = Some(url.to_owned());
+            }
+            if let Some(rest) = line.trim().strip_prefix("WARDEN_KEY=") {
+                key = rest.split_whitespace().next().map(str::to_owned);
+            }
+            if key.is_some() {
+                break;
+            }
+        }
+        (
+            base.expect("the control plane's URL"),
+            key.expect("the key"),
+        )
+    })
+    .await
+    .unwrap();
+    let resp = reqwest::Client::new()
+        .get(format!("{base}/allow/agents"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .expect("still serving after the tour");
+    assert_eq!(resp.status().as_u16(), 200);
+    let agents: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(agents["data"][0]["agent_id"], "support-bot", "{agents}");
+    let _ = child.kill();
+    let _ = child.wait();
+}
