@@ -58,6 +58,8 @@ pub struct RawConfig {
     pub injector_listen: Option<String>,
     pub injector_tls_cert: Option<String>,
     pub injector_tls_key: Option<String>,
+    /// Seconds between looks at the certificate's files (default 30; file only).
+    pub injector_tls_reload_secs: Option<u64>,
     /// Default `ghcr.io/warden-dev/warden-proxy:<version>`.
     pub sidecar_image: Option<String>,
     /// Default `http://warden-control-plane:8080`.
@@ -106,6 +108,9 @@ impl RawConfig {
             injector_listen: over.injector_listen.or(self.injector_listen),
             injector_tls_cert: over.injector_tls_cert.or(self.injector_tls_cert),
             injector_tls_key: over.injector_tls_key.or(self.injector_tls_key),
+            injector_tls_reload_secs: over
+                .injector_tls_reload_secs
+                .or(self.injector_tls_reload_secs),
             sidecar_image: over.sidecar_image.or(self.sidecar_image),
             sidecar_control_plane_url: over
                 .sidecar_control_plane_url
@@ -149,6 +154,8 @@ pub struct InjectorConfig {
     pub listen: SocketAddr,
     pub tls_cert: PathBuf,
     pub tls_key: PathBuf,
+    /// How often the certificate's files are looked at.
+    pub tls_reload: Duration,
     pub sidecar: crate::injector::SidecarTemplate,
 }
 
@@ -213,6 +220,12 @@ fn injector(raw: &RawConfig) -> Result<Option<InjectorConfig>, ConfigError> {
             "the injector serves HTTPS only: set {ENV_INJECTOR_TLS_CERT} and {ENV_INJECTOR_TLS_KEY}"
         )));
     };
+    let reload = raw.injector_tls_reload_secs.unwrap_or(30);
+    if !(1..=86_400).contains(&reload) {
+        return Err(ConfigError(
+            "injector_tls_reload_secs must be 1 to 86400".into(),
+        ));
+    }
     let defaults = crate::injector::SidecarTemplate::default();
     let control_plane_url = raw
         .sidecar_control_plane_url
@@ -227,6 +240,7 @@ fn injector(raw: &RawConfig) -> Result<Option<InjectorConfig>, ConfigError> {
         listen,
         tls_cert: PathBuf::from(cert),
         tls_key: PathBuf::from(key),
+        tls_reload: Duration::from_secs(reload),
         sidecar: crate::injector::SidecarTemplate {
             image: raw.sidecar_image.clone().unwrap_or(defaults.image),
             control_plane_url,

@@ -202,11 +202,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .with_context(|| format!("binding {} (set {ENV_LISTEN} or --listen)", config.listen))?;
     let injector = match &config.injector {
         Some(inj) => {
-            let tls = injector::tls_config(&inj.tls_cert, &inj.tls_key)?;
+            let cert =
+                std::sync::Arc::new(injector::ReloadingCert::load(&inj.tls_cert, &inj.tls_key)?);
             let listener = tokio::net::TcpListener::bind(inj.listen)
                 .await
                 .with_context(|| format!("binding the injector on {}", inj.listen))?;
-            Some((inj.sidecar.clone(), tls, listener))
+            Some((inj.clone(), cert, listener))
         }
         None => None,
     };
@@ -225,8 +226,14 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         shutdown_signal().await;
         stop_tx.send_replace(true);
     });
-    let injector = injector.map(|(template, tls, listener)| {
-        tokio::spawn(injector::serve(template, tls, listener, stopped()))
+    let injector = injector.map(|(inj, cert, listener)| {
+        tokio::spawn(injector::serve(
+            inj.sidecar,
+            cert,
+            inj.tls_reload,
+            listener,
+            stopped(),
+        ))
     });
     let served = app::serve(state, listener, stopped()).await;
     if let Some(task) = injector {

@@ -8,12 +8,13 @@
 //! policy.
 
 mod patch;
+mod tls;
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
-use anyhow::Context;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -30,6 +31,7 @@ pub use patch::{
     ANNOTATION_STATUS, CA_DIR, CONTAINER, MalformedReview, PROXY_PORT, Scope, SidecarTemplate,
     review,
 };
+pub use tls::ReloadingCert;
 
 /// An admission review is a pod spec: 1 MiB is far above any real one.
 const MAX_REVIEW_BYTES: usize = 1024 * 1024;
@@ -79,44 +81,31 @@ fn router(template: SidecarTemplate) -> Router {
         .with_state(Arc::new(template))
 }
 
-/// The TLS configuration from a PEM certificate chain and key.
-pub fn tls_config(
-    cert: &std::path::Path,
-    key: &std::path::Path,
-) -> anyhow::Result<rustls::ServerConfig> {
-    use rustls_pki_types::pem::PemObject;
-    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-    let certs = CertificateDer::pem_file_iter(cert)
-        .with_context(|| format!("reading {}", cert.display()))?
-        .collect::<Result<Vec<_>, _>>()
-        .with_context(|| format!("parsing {}", cert.display()))?;
-    let key =
-        PrivateKeyDer::from_pem_file(key).with_context(|| format!("reading {}", key.display()))?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .context("the injector's certificate and key do not match")?;
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(config)
-}
-
-/// Serves the injector on `listener` with `tls` until `shutdown` resolves.
+/// Serves the injector on `listener` until `shutdown` resolves, looking at
+/// the certificate's files every `reload_every`.
 pub async fn serve(
     template: SidecarTemplate,
-    tls: rustls::ServerConfig,
+    cert: Arc<ReloadingCert>,
+    reload_every: Duration,
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let addr: SocketAddr = listener.local_addr()?;
     tracing::info!(%addr, "injector listening on {addr}");
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cert.server_config()?));
     let app = router(template);
+    let mut reload = tokio::time::interval(reload_every);
+    reload.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tokio::pin!(shutdown);
     loop {
         let (tcp, peer) = tokio::select! {
             () = &mut shutdown => break,
+            _ = reload.tick() => {
+                let cert = cert.clone();
+                // File reads off the accept loop.
+                let _ = tokio::task::spawn_blocking(move || cert.refresh()).await;
+                continue;
+            }
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
                 Err(e) => {

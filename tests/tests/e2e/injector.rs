@@ -14,15 +14,32 @@ struct Injector {
     _process: Process,
     url: String,
     http: reqwest::Client,
-    _dir: TempDir,
+    cert: std::path::PathBuf,
+    key: std::path::PathBuf,
+    dir: TempDir,
+}
+
+/// A client that trusts only the certificate in `pem`.
+fn client_trusting(pem: &std::path::Path) -> reqwest::Client {
+    let ca = reqwest::Certificate::from_pem(&std::fs::read(pem).unwrap()).unwrap();
+    reqwest::Client::builder()
+        .add_root_certificate(ca)
+        .tls_built_in_root_certs(false)
+        .no_proxy()
+        .build()
+        .unwrap()
 }
 
 impl Injector {
     fn start() -> Injector {
         let dir = TempDir::new();
         let (cert, key) = localhost_cert(&dir.0);
+        let config = dir.0.join("config.toml");
+        std::fs::write(&config, "injector_tls_reload_secs = 1\n").unwrap();
         let mut cmd = Command::new(bin_dir().join("warden-control-plane"));
         cmd.args(["serve", "--listen", "127.0.0.1:0"])
+            .arg("--config")
+            .arg(&config)
             .args(["--injector-listen", "127.0.0.1:0"])
             .arg("--injector-tls-cert")
             .arg(&cert)
@@ -43,17 +60,13 @@ impl Injector {
                 .nth(1)
                 .map(|rest| rest.split('"').next().unwrap_or_default().to_owned())
         });
-        let ca = reqwest::Certificate::from_pem(&std::fs::read(&cert).unwrap()).unwrap();
-        let http = reqwest::Client::builder()
-            .add_root_certificate(ca)
-            .no_proxy()
-            .build()
-            .unwrap();
         Injector {
             _process: process,
             url: format!("https://{addr}"),
-            http,
-            _dir: dir,
+            http: client_trusting(&cert),
+            cert,
+            key,
+            dir,
         }
     }
 
@@ -253,4 +266,35 @@ async fn malformed_reviews_are_errors_not_crashes() {
         .await
         .unwrap();
     assert_eq!(health.status().as_u16(), 200);
+}
+
+/// A renewed certificate (a Secret updated in place) is served without a
+/// restart; the old one stops being served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewed_certificate_is_served_without_a_restart() {
+    let inj = Injector::start();
+    let renewed = inj.dir.0.join("renewed");
+    std::fs::create_dir_all(&renewed).unwrap();
+    let (new_cert, new_key) = localhost_cert(&renewed);
+    // The key first, then the certificate: a half-written pair is skipped.
+    std::fs::copy(&new_key, &inj.key).unwrap();
+    std::fs::copy(&new_cert, &inj.cert).unwrap();
+    let fresh = client_trusting(&new_cert);
+    let served = warden_tests::eventually(std::time::Duration::from_secs(10), async || {
+        fresh
+            .get(format!("{}/healthz", inj.url))
+            .send()
+            .await
+            .is_ok()
+    })
+    .await;
+    assert!(served, "the renewed certificate is served within 10 s");
+    assert!(
+        inj.http
+            .get(format!("{}/healthz", inj.url))
+            .send()
+            .await
+            .is_err(),
+        "the old certificate is no longer served"
+    );
 }
