@@ -226,9 +226,11 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         shutdown_signal().await;
         stop_tx.send_replace(true);
     });
+    let metrics = state.metrics.clone();
     let injector = injector.map(|(inj, cert, listener)| {
         tokio::spawn(injector::serve(
             inj.sidecar,
+            metrics,
             cert,
             inj.tls_reload,
             listener,

@@ -21,11 +21,18 @@ struct RouteLabels {
     route: String,
 }
 
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct AdmissionLabels {
+    scope: &'static str,
+    outcome: &'static str,
+}
+
 /// The server's metrics and their registry.
 pub struct Metrics {
     registry: Registry,
     requests: Family<RequestLabels, Counter>,
     latency: Family<RouteLabels, Histogram>,
+    admissions: Family<AdmissionLabels, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -58,11 +65,26 @@ impl Metrics {
             "HTTP request latency by route",
             latency.clone(),
         );
+        let admissions = Family::<AdmissionLabels, Counter>::default();
+        registry.register(
+            "injector_admission_reviews",
+            "Admission reviews answered by the sidecar injector, by scope and outcome \
+             (injected, skipped, refused, malformed)",
+            admissions.clone(),
+        );
         Metrics {
             registry,
             requests,
             latency,
+            admissions,
         }
+    }
+
+    /// Counts one admission review of the sidecar injector.
+    pub fn admission(&self, scope: &'static str, outcome: &'static str) {
+        self.admissions
+            .get_or_create(&AdmissionLabels { scope, outcome })
+            .inc();
     }
 
     /// Counts one request.

@@ -26,6 +26,8 @@ use serde_json::json;
 use tokio::net::TcpListener;
 use tower::ServiceExt;
 
+use crate::metrics::Metrics;
+
 pub use patch::{
     ADMIN_PORT, ANNOTATION_AGENT_ID, ANNOTATION_INJECT, ANNOTATION_KEY_SECRET, ANNOTATION_ROUTES,
     ANNOTATION_STATUS, CA_DIR, CONTAINER, MalformedReview, PROXY_PORT, Scope, SidecarTemplate,
@@ -36,30 +38,47 @@ pub use tls::ReloadingCert;
 /// An admission review is a pod spec: 1 MiB is far above any real one.
 const MAX_REVIEW_BYTES: usize = 1024 * 1024;
 
+/// What the injector's handlers share.
+#[derive(Debug)]
+struct Injector {
+    template: SidecarTemplate,
+    metrics: Arc<Metrics>,
+}
+
 async fn inject(
-    State(template): State<Arc<SidecarTemplate>>,
+    State(injector): State<Arc<Injector>>,
     Path(scope): Path<String>,
     body: Bytes,
 ) -> Response {
-    let scope = match scope.as_str() {
-        "pod" => Scope::Pod,
-        "namespace" => Scope::Namespace,
+    let (scope, label) = match scope.as_str() {
+        "pod" => (Scope::Pod, "pod"),
+        "namespace" => (Scope::Namespace, "namespace"),
         other => {
+            injector.metrics.admission("unknown", "malformed");
             return bad_request(&format!("scope must be namespace or pod, got `{other}`"));
         }
     };
-    match review(&body, scope, &template) {
+    match review(&body, scope, &injector.template) {
         Ok(answer) => {
             let r = &answer["response"];
+            let outcome = match (r["allowed"].as_bool(), r.get("patch").is_some()) {
+                (Some(false), _) => "refused",
+                (_, true) => "injected",
+                _ => "skipped",
+            };
+            injector.metrics.admission(label, outcome);
             tracing::info!(
                 uid = r["uid"].as_str().unwrap_or_default(),
-                allowed = r["allowed"].as_bool().unwrap_or_default(),
-                patched = r.get("patch").is_some(),
+                scope = label,
+                outcome,
                 "admission review"
             );
             axum::Json(answer).into_response()
         }
-        Err(MalformedReview(why)) => bad_request(&why),
+        Err(MalformedReview(why)) => {
+            injector.metrics.admission(label, "malformed");
+            bad_request(&why)
+        }
     }
 }
 
@@ -70,7 +89,7 @@ fn bad_request(why: &str) -> Response {
     (StatusCode::BAD_REQUEST, axum::Json(body)).into_response()
 }
 
-fn router(template: SidecarTemplate) -> Router {
+fn router(template: SidecarTemplate, metrics: Arc<Metrics>) -> Router {
     Router::new()
         .route("/inject/{scope}", post(inject))
         .route(
@@ -78,13 +97,15 @@ fn router(template: SidecarTemplate) -> Router {
             get(|| async { axum::Json(json!({"status": "ok"})) }),
         )
         .layer(axum::extract::DefaultBodyLimit::max(MAX_REVIEW_BYTES))
-        .with_state(Arc::new(template))
+        .with_state(Arc::new(Injector { template, metrics }))
 }
 
 /// Serves the injector on `listener` until `shutdown` resolves, looking at
-/// the certificate's files every `reload_every`.
+/// the certificate's files every `reload_every`. Reviews are counted in
+/// `metrics` (the API's `/metrics` shows them).
 pub async fn serve(
     template: SidecarTemplate,
+    metrics: Arc<Metrics>,
     cert: Arc<ReloadingCert>,
     reload_every: Duration,
     listener: TcpListener,
@@ -93,7 +114,7 @@ pub async fn serve(
     let addr: SocketAddr = listener.local_addr()?;
     tracing::info!(%addr, "injector listening on {addr}");
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cert.server_config()?));
-    let app = router(template);
+    let app = router(template, metrics);
     let mut reload = tokio::time::interval(reload_every);
     reload.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tokio::pin!(shutdown);

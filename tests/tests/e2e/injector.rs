@@ -13,6 +13,8 @@ use warden_tests::{Process, TempDir, bin_dir, localhost_cert};
 struct Injector {
     _process: Process,
     url: String,
+    /// The API's `http://addr` (its `/metrics` counts the reviews).
+    api: String,
     http: reqwest::Client,
     cert: std::path::PathBuf,
     key: std::path::PathBuf,
@@ -55,14 +57,25 @@ impl Injector {
                 "http://warden.warden.svc:8080",
             );
         let process = Process::spawn(cmd);
-        let addr = process.wait_for("the injector's listening line", |line| {
-            line.split("injector listening on ")
-                .nth(1)
-                .map(|rest| rest.split('"').next().unwrap_or_default().to_owned())
-        });
+        // Both servers announce themselves; the order is not fixed.
+        let (mut api, mut injector) = (None, None);
+        while api.is_none() || injector.is_none() {
+            let (is_injector, addr) = process.wait_for("the listening lines", |line| {
+                let rest = line.split("listening on ").nth(1)?;
+                let addr = rest.split('"').next().unwrap_or_default().to_owned();
+                Some((line.contains("injector listening on "), addr))
+            });
+            if is_injector {
+                injector = Some(addr);
+            } else {
+                api = Some(addr);
+            }
+        }
+        let addr = injector.unwrap_or_default();
         Injector {
             _process: process,
             url: format!("https://{addr}"),
+            api: format!("http://{}", api.unwrap_or_default()),
             http: client_trusting(&cert),
             cert,
             key,
@@ -239,6 +252,25 @@ async fn injects_opted_in_pods_and_only_those() {
     assert_eq!(refused["response"]["allowed"], false, "{refused}");
     let message = refused["response"]["status"]["message"].as_str().unwrap();
     assert!(message.contains("warden.dev/routes"), "{message}");
+
+    // Every answer is counted on the API's /metrics.
+    let metrics = reqwest::get(format!("{}/metrics", inj.api))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for (scope, outcome, n) in [
+        ("pod", "injected", 1),
+        ("pod", "skipped", 1),
+        ("namespace", "skipped", 2),
+        ("namespace", "refused", 1),
+    ] {
+        let line = format!(
+            "warden_injector_admission_reviews_total{{scope=\"{scope}\",outcome=\"{outcome}\"}} {n}"
+        );
+        assert!(metrics.contains(&line), "{line} in:\n{metrics}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
