@@ -106,7 +106,9 @@ struct Tour {
 }
 
 impl Tour {
-    /// The agent's audit-log entries for `action`, newest first.
+    /// How many of the agent's audit-log entries are for `action`, and the
+    /// log's first page (newest first). The tour makes about ten entries, so
+    /// one page of 100 holds them all.
     async fn audit_count(&self, action: &str) -> anyhow::Result<(usize, Value)> {
         let log = self
             .plane
