@@ -241,11 +241,15 @@ fn refused_with(o: &Observed, code: i64) -> bool {
     matches!(&o.answer, Answer::Refused { body, .. } if body["code"] == code)
 }
 
-async fn tour(cli: &Cli, stop: tokio::sync::watch::Receiver<bool>) -> anyhow::Result<bool> {
+async fn tour(
+    cli: &Cli,
+    stop: tokio::sync::watch::Receiver<bool>,
+    servers: &mut stack::Servers,
+) -> anyhow::Result<bool> {
     let data_dir = stack::data_dir(cli.data_dir.clone())?;
     println!("Warden quickstart\n");
     println!("1. Control plane (SQLite in {})", data_dir.display());
-    let plane = Plane::start(&data_dir, stop.clone()).await?;
+    let plane = Plane::start(&data_dir, stop.clone(), servers).await?;
     println!("   listening on {}", plane.base);
 
     let agent = plane
@@ -292,6 +296,7 @@ async fn tour(cli: &Cli, stop: tokio::sync::watch::Receiver<bool>) -> anyhow::Re
         &format!("http://{crm_addr}/mcp"),
         &format!("http://{billing_addr}"),
         stop,
+        servers,
     )
     .await?;
     let http = reqwest::Client::builder().no_proxy().build()?;
@@ -524,13 +529,25 @@ fn main() -> ExitCode {
     };
     runtime.block_on(async {
         let (stop_tx, stop) = tokio::sync::watch::channel(false);
-        let result = tour(&cli, stop).await;
+        let mut servers = stack::Servers::new();
+        let result = tour(&cli, stop, &mut servers).await;
         if matches!(result, Ok(true)) && cli.keep_running {
             let _ = tokio::signal::ctrl_c().await;
         }
         stop_tx.send_replace(true);
-        // Let the sidecar flush its telemetry and the servers finish.
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // The sidecar flushes its telemetry and both servers finish their
+        // requests; bounded, so that a stuck one cannot hold the exit.
+        let drained = tokio::time::timeout(Duration::from_secs(15), async {
+            while let Some(done) = servers.join_next().await {
+                if let Ok(Err(e)) = done {
+                    eprintln!("warden-quickstart: a server stopped with an error: {e:#}");
+                }
+            }
+        })
+        .await;
+        if drained.is_err() {
+            eprintln!("warden-quickstart: the servers did not stop within 15 s");
+        }
         match result {
             Ok(true) => ExitCode::SUCCESS,
             Ok(false) => ExitCode::FAILURE,

@@ -25,6 +25,10 @@ pub(crate) const ORG: &str = "quickstart";
 /// The agent the scripted client runs as.
 pub(crate) const AGENT: &str = "support-bot";
 
+/// The servers' tasks: awaited at exit, so that the sidecar has flushed its
+/// telemetry and both have stopped before the process ends.
+pub(crate) type Servers = tokio::task::JoinSet<anyhow::Result<()>>;
+
 /// The running control plane.
 pub(crate) struct Plane {
     pub(crate) base: String,
@@ -38,6 +42,7 @@ impl Plane {
     pub(crate) async fn start(
         data_dir: &Path,
         stop: watch::Receiver<bool>,
+        tasks: &mut Servers,
     ) -> anyhow::Result<Plane> {
         let config = PlaneConfig::from_raw(RawPlaneConfig {
             listen: Some("127.0.0.1:0".into()),
@@ -68,7 +73,7 @@ impl Plane {
         .await
         .map_err(|e| anyhow::anyhow!("creating the management key: {e}"))?;
         let base = format!("http://{}", listener.local_addr()?);
-        tokio::spawn(app::serve(state, listener, stopped(stop)));
+        tasks.spawn(app::serve(state, listener, stopped(stop)));
         Ok(Plane {
             base,
             admin_key: issued.plaintext,
@@ -142,6 +147,7 @@ impl Sidecar {
         crm_upstream: &str,
         billing_upstream: &str,
         stop: watch::Receiver<bool>,
+        tasks: &mut Servers,
     ) -> anyhow::Result<Sidecar> {
         let yaml = format!(
             "agent_id: {AGENT}
@@ -177,7 +183,7 @@ routes:
         let admin = format!("http://{}", listeners.admin.local_addr()?);
         let crm = format!("http://{}/mcp", listeners.routes[0].local_addr()?);
         let billing = format!("http://{}", listeners.routes[1].local_addr()?);
-        tokio::spawn(warden_proxy::server::serve(
+        tasks.spawn(warden_proxy::server::serve(
             config,
             listeners,
             stopped(stop),
