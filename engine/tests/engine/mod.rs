@@ -1,5 +1,6 @@
 mod cases;
 mod client;
 mod differential;
+mod examples;
 mod fixtures;
 mod properties;

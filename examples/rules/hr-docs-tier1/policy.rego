@@ -8,8 +8,6 @@ package warden.examples.hr_docs_tier1
 
 import rego.v1
 
-hr_resource_types := {"hr_document", "personnel_file", "payroll_record"}
-
-decision := "allow" if input.resource_type in hr_resource_types
+decision := "allow" if input.resource_type in {"hr_document", "personnel_file", "payroll_record"}
 
 reason := "HR documents: tier1 agents only"
