@@ -27,6 +27,9 @@ pub struct TelemetryBatch {
     /// `decision`, `reason`, `evaluated_at` (required); `rule_id`,
     /// `rule_code`, `enforced`, `agent_mode`, `raw_event`,
     /// `evaluation_mode`, `latency_ms`, `context` (optional, ≤ 32 KB).
+    /// An item with `enforced: false` and `agent_mode: monitor` reports
+    /// what the rule decided; it is stored as `permit` with that outcome in
+    /// `would_decide`.
     #[schema(value_type = Vec<Object>)]
     pub decisions: Option<Vec<Value>>,
 }
