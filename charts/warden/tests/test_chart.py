@@ -238,8 +238,8 @@ def test_example_values() -> None:
     assert one(prod, "HorizontalPodAutoscaler")["spec"]["minReplicas"] == 3
 
 
-def test_sidecar_named_template() -> None:
-    """`warden.sidecar` renders the injector's container into a static Pod."""
+def static_agent_pod() -> dict:
+    """A Pod using `warden.sidecar` and `warden.agentEnv`, rendered with the defaults."""
     with tempfile.TemporaryDirectory() as d:
         chart = pathlib.Path(d) / "warden"
         shutil.copytree(CHART, chart, ignore=shutil.ignore_patterns("tests"))
@@ -263,7 +263,12 @@ spec:
 """
         )
         docs = render(chart=chart)
-    pod = next(d for d in docs if d["kind"] == "Pod")
+    return next(d for d in docs if d["kind"] == "Pod")
+
+
+def test_sidecar_named_template() -> None:
+    """`warden.sidecar` renders the injector's container into a static Pod."""
+    pod = static_agent_pod()
     sidecar = pod["spec"]["initContainers"][0]
     assert sidecar["name"] == "warden-proxy" and sidecar["restartPolicy"] == "Always"
     config = json.loads(next(e["value"] for e in sidecar["env"] if e["name"] == "WARDEN_PROXY_CONFIG_YAML"))
@@ -294,6 +299,11 @@ def test_dockerfiles_reference_real_paths() -> None:
 
 
 def main() -> int:
+    if sys.argv[1:] == ["--static-sidecar"]:
+        # For tests/tests/e2e/injector.rs, which compares it with what the
+        # injector adds (ARCHITECTURE: the two describe the same sidecar).
+        print(json.dumps(static_agent_pod()["spec"]["initContainers"][0]))
+        return 0
     tests = [(n, f) for n, f in sorted(globals().items()) if n.startswith("test_") and callable(f)]
     failed = 0
     for name, test in tests:

@@ -8,7 +8,7 @@ use std::process::Command;
 
 use base64::Engine as _;
 use serde_json::{Value, json};
-use warden_tests::{Process, TempDir, bin_dir, localhost_cert};
+use warden_tests::{Process, TempDir, bin_dir, chart_python, localhost_cert};
 
 struct Injector {
     _process: Process,
@@ -34,6 +34,14 @@ fn client_trusting(pem: &std::path::Path) -> reqwest::Client {
 
 impl Injector {
     fn start() -> Injector {
+        Injector::start_with(
+            "registry.example/warden-proxy:test",
+            "http://warden.warden.svc:8080",
+        )
+    }
+
+    /// With this sidecar image and control plane URL.
+    fn start_with(image: &str, control_plane: &str) -> Injector {
         let dir = TempDir::new();
         let (cert, key) = localhost_cert(&dir.0);
         let config = dir.0.join("config.toml");
@@ -51,11 +59,8 @@ impl Injector {
                 "WARDEN_DATABASE_URL",
                 format!("sqlite://{}", dir.0.join("w.db").display()),
             )
-            .env("WARDEN_SIDECAR_IMAGE", "registry.example/warden-proxy:test")
-            .env(
-                "WARDEN_SIDECAR_CONTROL_PLANE_URL",
-                "http://warden.warden.svc:8080",
-            );
+            .env("WARDEN_SIDECAR_IMAGE", image)
+            .env("WARDEN_SIDECAR_CONTROL_PLANE_URL", control_plane);
         let process = Process::spawn(cmd);
         // Both servers announce themselves; the order is not fixed.
         let (mut api, mut injector) = (None, None);
@@ -329,4 +334,44 @@ async fn a_renewed_certificate_is_served_without_a_restart() {
             .is_err(),
         "the old certificate is no longer served"
     );
+}
+
+/// The chart's `warden.sidecar` template (for static manifests) and the
+/// injector describe the same container, given the same agent, routes,
+/// image and control plane URL (the chart's defaults).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_chart_template_and_the_injector_agree() {
+    let inj = Injector::start_with(
+        "ghcr.io/warden-dev/warden-proxy:0.1.0",
+        "http://warden-control-plane.warden.svc:8080",
+    );
+    let pod = agent_pod(json!({
+        "warden.dev/inject": "true",
+        "warden.dev/agent-id": "billing-bot",
+        "warden.dev/routes": r#"[{"name":"stripe","kind":"http","hosts":["api.stripe.com"]}]"#,
+    }));
+    let (_, answer) = inj.review("pod", admission(&pod)).await;
+    let mut injected = patched(&pod, &answer)["spec"]["initContainers"][0].clone();
+
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = Command::new(chart_python())
+        .arg(root.join("charts/warden/tests/test_chart.py"))
+        .arg("--static-sidecar")
+        .output()
+        .expect("the chart renders");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut templated: Value = serde_json::from_slice(&out.stdout).unwrap();
+    // The chart also sets the pull policy from its values; the injector
+    // leaves Kubernetes's default.
+    templated.as_object_mut().unwrap().remove("imagePullPolicy");
+    // The inline configuration is compared as JSON, not as text.
+    for c in [&mut injected, &mut templated] {
+        let config = &mut c["env"][0]["value"];
+        *config = serde_json::from_str(config.as_str().unwrap()).unwrap();
+    }
+    assert_eq!(injected, templated);
 }
