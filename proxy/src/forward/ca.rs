@@ -119,17 +119,13 @@ impl Ca {
 /// untouched. Rewritten at every start (the roots may have changed), through
 /// a temporary file so that a reader never sees half of it.
 fn write_bundle(dir: &Path, ca_pem: &str) -> Result<(), CaError> {
-    use base64::Engine as _;
-    let mut bundle = String::new();
-    for root in rustls_native_certs::load_native_certs().certs {
-        let b64 = base64::engine::general_purpose::STANDARD.encode(root.as_ref());
-        bundle.push_str("-----BEGIN CERTIFICATE-----\n");
-        for line in b64.as_bytes().chunks(64) {
-            bundle.push_str(std::str::from_utf8(line).unwrap_or_default());
-            bundle.push('\n');
-        }
-        bundle.push_str("-----END CERTIFICATE-----\n");
-    }
+    let roots: Vec<pem::Pem> = rustls_native_certs::load_native_certs()
+        .certs
+        .into_iter()
+        .map(|root| pem::Pem::new("CERTIFICATE", root.as_ref()))
+        .collect();
+    let config = pem::EncodeConfig::new().set_line_ending(pem::LineEnding::LF);
+    let mut bundle = pem::encode_many_config(&roots, config);
     bundle.push_str(ca_pem);
     let (tmp, path) = (dir.join(".ca-bundle.pem.tmp"), dir.join(CA_BUNDLE));
     std::fs::write(&tmp, bundle)
