@@ -87,7 +87,11 @@ pub async fn serve(
         DRAIN,
     ));
 
+    // The system's roots, read once: the upstream client trusts them, and
+    // the forward proxy's CA bundle carries them for the agent.
+    let system_roots = rustls_native_certs::load_native_certs().certs;
     let upstream = upstream_client(
+        &system_roots,
         config
             .forward
             .as_ref()
@@ -133,7 +137,10 @@ pub async fn serve(
         ));
     }
     if let (Some(forward), Some(listener)) = (&config.forward, listeners.forward) {
-        let ca = Arc::new(crate::forward::ca::Ca::load_or_generate(&forward.ca_dir)?);
+        let ca = Arc::new(crate::forward::ca::Ca::load_or_generate(
+            &forward.ca_dir,
+            &system_roots,
+        )?);
         let proxy = Arc::new(crate::forward::ForwardProxy::new(
             governed_hosts,
             ca,
@@ -180,12 +187,14 @@ pub async fn serve(
 
 /// The upstream pool: plain HTTP, and HTTPS verified against the system
 /// roots plus `extra_ca` (a PEM bundle).
-fn upstream_client(extra_ca: Option<&std::path::Path>) -> anyhow::Result<crate::service::Upstream> {
+fn upstream_client(
+    system_roots: &[rustls_pki_types::CertificateDer<'static>],
+    extra_ca: Option<&std::path::Path>,
+) -> anyhow::Result<crate::service::Upstream> {
     let mut roots = rustls::RootCertStore::empty();
-    let native = rustls_native_certs::load_native_certs();
-    for cert in native.certs {
+    for cert in system_roots {
         // A system certificate rustls cannot use is skipped, as browsers do.
-        let _ = roots.add(cert);
+        let _ = roots.add(cert.clone());
     }
     if let Some(path) = extra_ca {
         use rustls_pki_types::pem::PemObject;

@@ -51,7 +51,11 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 
 impl Ca {
     /// Loads the CA of `dir`, generating it first if the directory has none.
-    pub fn load_or_generate(dir: &Path) -> Result<Ca, CaError> {
+    /// `system_roots` go into `ca-bundle.pem` ahead of the CA.
+    pub fn load_or_generate(
+        dir: &Path,
+        system_roots: &[CertificateDer<'static>],
+    ) -> Result<Ca, CaError> {
         let (cert_path, key_path) = (dir.join(CA_CERT), dir.join(CA_KEY));
         if !cert_path.exists() {
             generate(dir, &cert_path, &key_path)?;
@@ -65,7 +69,7 @@ impl Ca {
             .map_err(fail(cert_path.display().to_string()))?;
         let cert = rustls_pki_types::pem::PemObject::from_pem_slice(cert_pem.as_bytes())
             .map_err(|e| CaError(format!("{}: {e}", cert_path.display())))?;
-        write_bundle(dir, &cert_pem)?;
+        write_bundle(dir, system_roots, &cert_pem)?;
         Ok(Ca {
             issuer,
             cert,
@@ -118,10 +122,13 @@ impl Ca {
 /// agent pointed at this file still verifies the hosts that are tunnelled
 /// untouched. Rewritten at every start (the roots may have changed), through
 /// a temporary file so that a reader never sees half of it.
-fn write_bundle(dir: &Path, ca_pem: &str) -> Result<(), CaError> {
-    let roots: Vec<pem::Pem> = rustls_native_certs::load_native_certs()
-        .certs
-        .into_iter()
+fn write_bundle(
+    dir: &Path,
+    system_roots: &[CertificateDer<'static>],
+    ca_pem: &str,
+) -> Result<(), CaError> {
+    let roots: Vec<pem::Pem> = system_roots
+        .iter()
         .map(|root| pem::Pem::new("CERTIFICATE", root.as_ref()))
         .collect();
     let config = pem::EncodeConfig::new().set_line_ending(pem::LineEnding::LF);
@@ -179,11 +186,12 @@ mod tests {
     #[test]
     fn a_generated_ca_is_reloaded_and_mints_cached_leaves() {
         let dir = std::env::temp_dir().join(format!("warden-ca-{}", uuid::Uuid::new_v4()));
-        let ca = Ca::load_or_generate(&dir).unwrap();
+        let roots = rustls_native_certs::load_native_certs().certs;
+        let ca = Ca::load_or_generate(&dir, &roots).unwrap();
         let first = ca.server_config("127.0.0.1").unwrap();
         assert!(Arc::ptr_eq(&first, &ca.server_config("127.0.0.1").unwrap()));
         let pem = std::fs::read_to_string(dir.join(CA_CERT)).unwrap();
-        let again = Ca::load_or_generate(&dir).unwrap();
+        let again = Ca::load_or_generate(&dir, &roots).unwrap();
         assert_eq!(
             std::fs::read_to_string(dir.join(CA_CERT)).unwrap(),
             pem,
@@ -196,8 +204,7 @@ mod tests {
         let certs: Vec<_> = rustls_pki_types::CertificateDer::pem_slice_iter(&bundle)
             .collect::<Result<_, _>>()
             .unwrap();
-        let roots = rustls_native_certs::load_native_certs().certs.len();
-        assert_eq!(certs.len(), roots + 1);
+        assert_eq!(certs.len(), roots.len() + 1);
         assert_eq!(
             certs.last().map(|c| c.as_ref().to_vec()),
             Some(again.cert.as_ref().to_vec())
