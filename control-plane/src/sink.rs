@@ -2,18 +2,21 @@
 //!
 //! Writes are group-committed: concurrent decisions queue for the writer,
 //! which stores everything waiting (up to [`MAX_BATCH`]) in one
-//! transaction, then answers each request. While the store's writers are
-//! all busy (one for SQLite, which has one writer anyway; several for
-//! PostgreSQL, whose commits overlap), the queue grows into the next batch. A decision's response is sent
-//! only after its row is committed; batching only amortizes the commit.
+//! transaction, records each stored decision, then answers each request.
+//! While the store's writers are all busy (one for SQLite, which has one
+//! writer anyway; several for PostgreSQL, whose commits overlap), the queue
+//! grows into the next batch. A decision's response is sent only after its
+//! row is committed; batching only amortizes the commit. The rows move
+//! from the request into the batch and are never copied.
 
 use std::sync::Arc;
 
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use crate::error::ApiError;
+use crate::notify::Notifier;
 use crate::record::Recorder;
-use crate::store::{ActionDecision, HitlItem, RetrievalDecision, Store, StoreError};
+use crate::store::{ActionDecision, DecisionBatch, HitlItem, RetrievalDecision, Store, StoreError};
 
 /// Most decisions one commit carries.
 pub const MAX_BATCH: usize = 256;
@@ -29,11 +32,16 @@ struct Job {
     done: oneshot::Sender<Result<(), String>>,
 }
 
+/// What the writer needs: where rows go, and who hears of them once stored.
+struct Writer {
+    store: Arc<dyn Store>,
+    recorder: Arc<dyn Recorder>,
+    notifier: Notifier,
+}
+
 /// The decision sink of a server.
 pub struct DecisionSink {
     queue: mpsc::Sender<Job>,
-    recorder: Arc<dyn Recorder>,
-    notifier: crate::notify::Notifier,
 }
 
 impl std::fmt::Debug for DecisionSink {
@@ -46,13 +54,14 @@ impl DecisionSink {
     /// Starts the writer task for `store`.
     pub fn start(store: Arc<dyn Store>, recorder: Arc<dyn Recorder>) -> DecisionSink {
         let (queue, rx) = mpsc::channel(MAX_BATCH * 16);
-        let notifier = crate::notify::Notifier::new(store.clone());
-        tokio::spawn(write_loop(store, rx));
-        DecisionSink {
-            queue,
+        let notifier = Notifier::new(store.clone());
+        let writer = Arc::new(Writer {
+            store,
             recorder,
             notifier,
-        }
+        });
+        tokio::spawn(write_loop(writer, rx));
+        DecisionSink { queue }
     }
 
     /// Stores an action decision (with its approval gate, if any) and
@@ -62,21 +71,12 @@ impl DecisionSink {
         row: ActionDecision,
         gate: Option<HitlItem>,
     ) -> Result<(), ApiError> {
-        self.store(Row::Action(Box::new((row.clone(), gate.clone()))))
-            .await?;
-        self.recorder.action(&row);
-        if let Some(item) = gate {
-            // Approvers hear of the gate once it is stored.
-            self.notifier.announce(item);
-        }
-        Ok(())
+        self.store(Row::Action(Box::new((row, gate)))).await
     }
 
     /// Stores a retrieval decision and records it.
     pub async fn retrieval(&self, row: RetrievalDecision) -> Result<(), ApiError> {
-        self.store(Row::Retrieval(Box::new(row.clone()))).await?;
-        self.recorder.retrieval(&row);
-        Ok(())
+        self.store(Row::Retrieval(Box::new(row))).await
     }
 
     async fn store(&self, row: Row) -> Result<(), ApiError> {
@@ -91,8 +91,8 @@ impl DecisionSink {
     }
 }
 
-async fn write_loop(store: Arc<dyn Store>, mut rx: mpsc::Receiver<Job>) {
-    let writers = Arc::new(Semaphore::new(store.concurrent_writers().max(1)));
+async fn write_loop(writer: Arc<Writer>, mut rx: mpsc::Receiver<Job>) {
+    let writers = Arc::new(Semaphore::new(writer.store.concurrent_writers().max(1)));
     while let Some(first) = rx.recv().await {
         let Ok(slot) = writers.clone().acquire_owned().await else {
             return;
@@ -106,48 +106,114 @@ async fn write_loop(store: Arc<dyn Store>, mut rx: mpsc::Receiver<Job>) {
                 Err(_) => break,
             }
         }
-        let store = store.clone();
+        let writer = writer.clone();
         tokio::spawn(async move {
-            write_batch(store.as_ref(), jobs).await;
+            writer.write_batch(jobs).await;
             drop(slot);
         });
     }
 }
 
-/// Commits `jobs` together and answers each.
-async fn write_batch(store: &dyn Store, jobs: Vec<Job>) {
-    let rows: Vec<&Row> = jobs.iter().map(|j| &j.row).collect();
-    match write(store, &rows).await {
-        Ok(()) => {
-            for job in jobs {
-                let _ = job.done.send(Ok(()));
-            }
-        }
-        // One bad row must not fail its neighbours: write them one by one.
-        Err(_) if jobs.len() > 1 => {
-            for job in jobs {
-                let result = write(store, &[&job.row]).await.map_err(|e| e.to_string());
-                let _ = job.done.send(result);
-            }
-        }
-        Err(e) => {
-            for job in jobs {
-                let _ = job.done.send(Err(e.to_string()));
-            }
-        }
-    }
+/// Where a job's row sits in its batch: an action (with or without a gate)
+/// or a retrieval, in job order within each list.
+#[derive(Clone, Copy)]
+enum Slot {
+    Action { gated: bool },
+    Retrieval,
 }
 
-async fn write(store: &dyn Store, rows: &[&Row]) -> Result<(), StoreError> {
-    let (mut actions, mut gates, mut retrievals) = (Vec::new(), Vec::new(), Vec::new());
-    for row in rows {
-        match row {
-            Row::Action(pair) => {
-                actions.push(&pair.0);
-                gates.extend(pair.1.as_ref());
+type Done = oneshot::Sender<Result<(), String>>;
+
+impl Writer {
+    /// Commits `jobs` together, records them, and answers each.
+    async fn write_batch(&self, jobs: Vec<Job>) {
+        let mut batch = DecisionBatch::default();
+        let mut waiting: Vec<(Slot, Done)> = Vec::with_capacity(jobs.len());
+        for Job { row, done } in jobs {
+            let slot = match row {
+                Row::Action(pair) => {
+                    let (action, gate) = *pair;
+                    batch.actions.push(action);
+                    let gated = gate.is_some();
+                    batch.gates.extend(gate);
+                    Slot::Action { gated }
+                }
+                Row::Retrieval(d) => {
+                    batch.retrievals.push(*d);
+                    Slot::Retrieval
+                }
+            };
+            waiting.push((slot, done));
+        }
+        let (batch, outcome) = self.commit(batch).await;
+        match outcome {
+            Ok(()) => {
+                self.stored(batch);
+                for (_, done) in waiting {
+                    let _ = done.send(Ok(()));
+                }
             }
-            Row::Retrieval(d) => retrievals.push(d.as_ref()),
+            // One bad row must not fail its neighbours: write them one by one.
+            Err(_) if waiting.len() > 1 => self.write_one_by_one(batch, waiting).await,
+            Err(e) => {
+                for (_, done) in waiting {
+                    let _ = done.send(Err(e.to_string()));
+                }
+            }
         }
     }
-    store.insert_decisions(&actions, &gates, &retrievals).await
+
+    async fn write_one_by_one(&self, batch: DecisionBatch, waiting: Vec<(Slot, Done)>) {
+        let DecisionBatch {
+            actions,
+            gates,
+            retrievals,
+        } = batch;
+        let (mut actions, mut gates, mut retrievals) = (
+            actions.into_iter(),
+            gates.into_iter(),
+            retrievals.into_iter(),
+        );
+        for (slot, done) in waiting {
+            let mut one = DecisionBatch::default();
+            match slot {
+                Slot::Action { gated } => {
+                    one.actions.extend(actions.next());
+                    if gated {
+                        one.gates.extend(gates.next());
+                    }
+                }
+                Slot::Retrieval => one.retrievals.extend(retrievals.next()),
+            }
+            let (one, outcome) = self.commit(one).await;
+            if outcome.is_ok() {
+                self.stored(one);
+            }
+            let _ = done.send(outcome.map_err(|e| e.to_string()));
+        }
+    }
+
+    /// Stores `batch`, and gives it back for recording.
+    async fn commit(&self, batch: DecisionBatch) -> (DecisionBatch, Result<(), StoreError>) {
+        let batch = Arc::new(batch);
+        let outcome = self.store.insert_decisions(batch.clone()).await;
+        // The store holds no copy once it answered; the clone is a fallback
+        // for a backend that kept one.
+        let batch = Arc::try_unwrap(batch).unwrap_or_else(|shared| (*shared).clone());
+        (batch, outcome)
+    }
+
+    /// Records the decisions of a committed batch; approvers hear of each
+    /// gate once it is stored.
+    fn stored(&self, batch: DecisionBatch) {
+        for d in &batch.actions {
+            self.recorder.action(d);
+        }
+        for d in &batch.retrievals {
+            self.recorder.retrieval(d);
+        }
+        for gate in batch.gates {
+            self.notifier.announce(gate);
+        }
+    }
 }

@@ -89,6 +89,17 @@ pub struct HitlItem {
     pub created_at: DateTime<Utc>,
 }
 
+/// Decisions committed together: the decision sink's group commit. A gate
+/// in `gates` belongs to one of `actions`; the batch is stored whole or not
+/// at all, so a gate never exists without its decision, nor a gated
+/// decision without its gate.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DecisionBatch {
+    pub actions: Vec<ActionDecision>,
+    pub gates: Vec<HitlItem>,
+    pub retrievals: Vec<RetrievalDecision>,
+}
+
 /// Filters of the audit-log reads (spec 4.2, 4.3); `None` matches all.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct AuditFilter {

@@ -10,6 +10,7 @@ mod postgres;
 mod rows;
 mod sql;
 mod sqlite;
+mod sqlite_writer;
 mod statements;
 
 use std::sync::Arc;
@@ -27,7 +28,7 @@ use warden_engine::model::{
 
 use crate::auth::{Audience, Environment, Permission, Scope};
 
-pub use decisions::{ActionDecision, AuditFilter, HitlItem, RetrievalDecision};
+pub use decisions::{ActionDecision, AuditFilter, DecisionBatch, HitlItem, RetrievalDecision};
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
 
@@ -328,6 +329,10 @@ pub enum StoreError {
     /// The database could not be reached or failed.
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),
+    /// SQLite failed under the decision writer's own connection, or the
+    /// writer thread is gone.
+    #[error("database error: {0}")]
+    Writer(String),
     /// A stored value could not be read back (a corrupt or foreign row).
     #[error("corrupt row: {0}")]
     Corrupt(String),
@@ -512,15 +517,10 @@ pub trait Store: Send + Sync + 'static {
         item: &HitlItem,
     ) -> StoreResult<()>;
 
-    /// Stores many decisions, and the approval gates of some, in one
-    /// transaction (the group commit of the decision sink): a gate never
-    /// exists without its decision, nor a gated decision without its gate.
-    async fn insert_decisions(
-        &self,
-        actions: &[&ActionDecision],
-        gates: &[&HitlItem],
-        retrievals: &[&RetrievalDecision],
-    ) -> StoreResult<()>;
+    /// Stores a batch of decisions, and the approval gates of some, in one
+    /// transaction (the group commit of the decision sink). The batch is
+    /// shared so that a backend may hand it to its own writer thread.
+    async fn insert_decisions(&self, batch: Arc<DecisionBatch>) -> StoreResult<()>;
 
     /// Inserts a queue item; with a `dedupe_key` already present, returns
     /// `false` and inserts nothing.

@@ -120,6 +120,20 @@ impl PostgresStore {
 super::statements::statements!(sqlx::Postgres);
 
 super::sql::store_impl!(PostgresStore, sqlx::Postgres, {
+    async fn insert_decisions(&self, batch: Arc<super::DecisionBatch>) -> StoreResult<()> {
+        let actions: Vec<&ActionDecision> = batch.actions.iter().collect();
+        let retrievals: Vec<&RetrievalDecision> = batch.retrievals.iter().collect();
+        let mut tx = self.pool.begin().await.map_err(map_err)?;
+        insert_action_decisions_in(&mut tx, &actions, false).await?;
+        // After the decisions: a gate refers to its decision.
+        for gate in &batch.gates {
+            insert_hitl_in(&mut *tx, gate).await?;
+        }
+        insert_retrieval_decisions_in(&mut tx, &retrievals).await?;
+        tx.commit().await.map_err(map_err)?;
+        Ok(())
+    }
+
     async fn announce_mode(&self, event: &super::ModeEvent) -> StoreResult<bool> {
         self.notify(MODE_CHANNEL, &event.payload()).await?;
         Ok(true)

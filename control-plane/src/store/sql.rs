@@ -469,18 +469,6 @@ macro_rules! store_impl {
                 Ok(())
             }
 
-            async fn insert_decisions(&self, actions: &[&ActionDecision], gates: &[&HitlItem], retrievals: &[&RetrievalDecision]) -> StoreResult<()> {
-                let mut tx = self.pool.begin().await.map_err(map_err)?;
-                insert_action_decisions_in(&mut tx, actions, false).await?;
-                // After the decisions: a gate refers to its decision.
-                for gate in gates {
-                    insert_hitl_in(&mut *tx, gate).await?;
-                }
-                insert_retrieval_decisions_in(&mut tx, retrievals).await?;
-                tx.commit().await.map_err(map_err)?;
-                Ok(())
-            }
-
             async fn insert_hitl(&self, item: &HitlItem) -> StoreResult<bool> {
                 insert_hitl_in(&self.pool, item).await
             }

@@ -13,12 +13,20 @@ use sqlx::sqlite::{
 pub struct SqliteStore {
     pool: SqlitePool,
     cache: Arc<super::cache::ReadCache>,
+    decisions: super::sqlite_writer::DecisionWriter,
 }
 
 impl SqliteStore {
     /// Opens (creating if missing) the database at `url` (`sqlite:PATH` or
     /// `sqlite://PATH`) and runs the migrations.
     pub async fn open(url: &str) -> super::StoreResult<SqliteStore> {
+        // The decision writer is a second connection to the same file; an
+        // in-memory database would be a different one for it.
+        if url.contains(":memory:") || url.contains("mode=memory") {
+            return Err(super::StoreError::Writer(
+                "an in-memory SQLite database is not supported: give a file path".into(),
+            ));
+        }
         let options = SqliteConnectOptions::from_str(url)
             .map_err(super::statements::map_err)?
             .create_if_missing(true)
@@ -40,12 +48,14 @@ impl SqliteStore {
             // finds nothing (2.5% of the server's samples under load, though
             // throughput did not move beyond noise without it).
             .test_before_acquire(false)
-            .connect_with(options)
+            .connect_with(options.clone())
             .await
             .map_err(super::statements::map_err)?;
         sqlx::migrate!("migrations/sqlite").run(&pool).await?;
+        let decisions = super::sqlite_writer::DecisionWriter::start(options.get_filename())?;
         Ok(SqliteStore {
             pool,
+            decisions,
             // Serves at once: this process sees its own writes, and another
             // process's (the `keys` CLI) within the cache's `MAX_AGE`.
             cache: Arc::new(super::cache::ReadCache::new(true)),
@@ -60,4 +70,8 @@ impl SqliteStore {
 
 super::statements::statements!(sqlx::Sqlite);
 
-super::sql::store_impl!(SqliteStore, sqlx::Sqlite);
+super::sql::store_impl!(SqliteStore, sqlx::Sqlite, {
+    async fn insert_decisions(&self, batch: Arc<super::DecisionBatch>) -> StoreResult<()> {
+        self.decisions.write(batch).await
+    }
+});

@@ -73,7 +73,22 @@ pub(super) fn audit_where(f: &super::AuditFilter, action_log: bool) -> (String, 
     (clauses.join(" AND "), values)
 }
 
-/// Maps a driver error, turning unique violations into conflicts.
+pub(super) const ACTION_DECISION_COLUMNS: &str = "id, org_id, agent_id, target_app, action, context, decision, would_decide, \
+     reason, reason_code, rule_id, rule_code, enforced, agent_mode, floor_detectors, source, hitl_result, \
+     hitl_responded_at, hitl_responded_by, execution_result, execution_completed_at, execution_details, created_at";
+
+pub(super) const HITL_COLUMNS: &str = "id, org_id, decision_id, agent_id, target_app, action, context, category, status, \
+     ai_recommended_rule, notified_via, resolution, dedupe_key, expires_at, responded_at, responded_by, created_at";
+
+pub(super) const RETRIEVAL_DECISION_COLUMNS: &str = "id, org_id, agent_id, operation, resource_type, resource_metadata, \
+     query, surface, trust_tier, decision, would_decide, reason, reason_code, rule_id, enforced, agent_mode, \
+     floor_detectors, created_at";
+
+/// A value as the stores keep JSON: its text.
+pub(super) fn json_text<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_string(v).unwrap_or_else(|_| "null".into())
+}
+
 /// The most rows one multi-row `INSERT` carries.
 const MAX_ROWS_PER_STATEMENT: usize = 64;
 
@@ -116,7 +131,7 @@ macro_rules! statements {
         use warden_engine::model::{Bypass, Facet, Rule};
 
         use super::rows::{ActionDecisionRow, RetrievalDecisionRow, HitlRow, AgentRow, AuditRow, IdemRow, KeyRow, OrgRow, RuleRow, SettingsRow, names};
-        use super::statements::{FilterValue, audit_where, KEY_COLUMNS, RULE_FIELDS, facets_json, map_err, row_chunks, rule_columns};
+        use super::statements::{FilterValue, audit_where, ACTION_DECISION_COLUMNS, HITL_COLUMNS, RETRIEVAL_DECISION_COLUMNS, json_text, KEY_COLUMNS, RULE_FIELDS, facets_json, map_err, row_chunks, rule_columns};
         use super::{
             ApiKey, AuditEntry, IdemClaim, IdemKey, IdemRecord, KeyId, NewKey, OrgId, Organization,
             Page, Retire, RuleId, Store, StoreResult, Settings, SettingsDoc, Agent, AgentDoc, ActionDecision,
@@ -195,10 +210,6 @@ macro_rules! statements {
 
         const AGENT_COLUMNS: &str = "id, org_id, agent_id, mode, doc, deleted_at, created_at, updated_at";
 
-        fn json_text<T: serde::Serialize>(v: &T) -> String {
-            serde_json::to_string(v).unwrap_or_else(|_| "null".into())
-        }
-
         fn mode_text(m: Option<warden_engine::model::AgentMode>) -> Option<&'static str> {
             m.map(|m| m.as_str())
         }
@@ -218,13 +229,6 @@ macro_rules! statements {
             .map_err(map_err)?;
             Ok(())
         }
-
-        const ACTION_DECISION_COLUMNS: &str = "id, org_id, agent_id, target_app, action, context, decision, would_decide, \
-             reason, reason_code, rule_id, rule_code, enforced, agent_mode, floor_detectors, source, hitl_result, \
-             hitl_responded_at, hitl_responded_by, execution_result, execution_completed_at, execution_details, created_at";
-
-        const HITL_COLUMNS: &str = "id, org_id, decision_id, agent_id, target_app, action, context, category, status, \
-             ai_recommended_rule, notified_via, resolution, dedupe_key, expires_at, responded_at, responded_by, created_at";
 
         async fn insert_hitl_in<'c, E>(exec: E, i: &HitlItem) -> StoreResult<bool>
         where
@@ -318,21 +322,15 @@ macro_rules! statements {
             q
         }
 
-        const RETRIEVAL_DECISION_COLUMNS: &str = "id, org_id, agent_id, operation, resource_type, resource_metadata, \
-             query, surface, trust_tier, decision, would_decide, reason, reason_code, rule_id, enforced, agent_mode, \
-             floor_detectors, created_at";
-
         /// Inserts retrieval decisions, as few statements as the batch allows.
         async fn insert_retrieval_decisions_in(
             conn: &mut <$db as sqlx::Database>::Connection,
             rows: &[&RetrievalDecision],
         ) -> StoreResult<()> {
             for chunk in row_chunks(rows) {
-                let mut q = sqlx::QueryBuilder::<$db>::new(
-                    "INSERT INTO retrieval_decisions (id, org_id, agent_id, operation, resource_type, resource_metadata, \
-                     query, surface, trust_tier, decision, would_decide, reason, reason_code, rule_id, enforced, agent_mode, \
-                     floor_detectors, created_at) ",
-                );
+                let mut q = sqlx::QueryBuilder::<$db>::new(format!(
+                    "INSERT INTO retrieval_decisions ({RETRIEVAL_DECISION_COLUMNS}) "
+                ));
                 q.push_values(chunk, |mut b, d| {
                     b.push_bind(d.id)
                         .push_bind(d.org.0)

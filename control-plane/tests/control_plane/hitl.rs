@@ -4,7 +4,7 @@
 use chrono::{TimeDelta, Utc};
 use reqwest::Method;
 use serde_json::{Value, json};
-use warden_control_plane::store::{ActionDecision, HitlItem, OrgId};
+use warden_control_plane::store::{ActionDecision, DecisionBatch, HitlItem, OrgId};
 use warden_engine::model::{AgentMode, Decision};
 
 use super::support::{Backend, TestServer, assert_envelope, both_backends, send};
@@ -260,7 +260,11 @@ async fn lapsed_gates_time_out_and_gaps_take_their_own_answers(backend: Backend)
         None,
     );
     srv.store
-        .insert_decisions(&[&decision(org, id)], &[&gate], &[])
+        .insert_decisions(std::sync::Arc::new(DecisionBatch {
+            actions: vec![decision(org, id)],
+            gates: vec![gate.clone()],
+            retrievals: vec![],
+        }))
         .await
         .unwrap();
     let (_, rec) = send(

@@ -4,6 +4,7 @@ mod auth;
 mod bundles;
 mod cache;
 mod cli;
+mod decisions;
 mod envelope;
 mod evaluate;
 mod hitl;
