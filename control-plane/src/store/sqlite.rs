@@ -40,7 +40,10 @@ impl SqliteStore {
             // shootdowns); without it, evaluate throughput under
             // `scripts/load-evaluate` rose 14%. The hot reads the map was for
             // are served by the read cache now.
-            .busy_timeout(Duration::from_secs(5));
+            .busy_timeout(Duration::from_secs(5))
+            // The decision writer's checkpointer copies the WAL into the
+            // file, off every commit path (see `sqlite_writer`).
+            .pragma("wal_autocheckpoint", "0");
         let pool = SqlitePoolOptions::new()
             .max_connections(8)
             // A file in this process cannot drop a connection: the ping on

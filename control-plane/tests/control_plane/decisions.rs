@@ -238,3 +238,39 @@ async fn in_memory_sqlite_is_refused_with_the_fix() {
         assert!(err.to_string().contains("give a file path"), "{err}");
     }
 }
+
+// Guards the background checkpointer: no connection checkpoints by itself
+// (`wal_autocheckpoint=0`), so without it stored decisions would stay in the
+// WAL until the last connection closed, and the WAL would grow without bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_decisions_reach_the_database_file_while_it_runs() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let s = store::open(&db.url).await.unwrap();
+    let org = s.ensure_org("acme", Utc::now()).await.unwrap().id;
+    let file = std::path::PathBuf::from(db.url.trim_start_matches("sqlite://"));
+    let before = std::fs::metadata(&file).unwrap().len();
+    let actions = (0..200)
+        .map(|i| ActionDecision {
+            context: json!({"note": format!("{i}: {}", "x".repeat(500))}),
+            ..bare_action(org)
+        })
+        .collect();
+    s.insert_decisions(Arc::new(DecisionBatch {
+        actions,
+        ..DecisionBatch::default()
+    }))
+    .await
+    .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let now = std::fs::metadata(&file).unwrap().len();
+        if now > before + 100 * 1024 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the database file stayed at {now} bytes (from {before}): nothing was checkpointed"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
