@@ -609,11 +609,6 @@ pub trait Store: Send + Sync + 'static {
         true
     }
 
-    /// How many group commits may be in flight at once.
-    fn concurrent_writers(&self) -> usize {
-        1
-    }
-
     /// Announces a mode change to every replica sharing this database;
     /// `false` when the backend cannot (then only this process is told).
     async fn announce_mode(&self, _event: &ModeEvent) -> StoreResult<bool> {

@@ -119,30 +119,118 @@ impl PostgresStore {
 
 super::statements::statements!(sqlx::Postgres);
 
+/// The decision sink's batch as one statement: each table's rows go in as
+/// one array per column, expanded by `UNNEST`, and the three inserts are
+/// data-modifying CTEs of the same statement. It commits by itself (one
+/// statement is atomic), so a batch of any size is one round trip, where
+/// `BEGIN`, one multi-row `INSERT` per chunk and `COMMIT` were several; and it
+/// is one prepared statement whatever the batch's size.
+static INSERT_BATCH: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    const ACTION_TYPES: &str = "uuid uuid text text text text text text text text uuid text bool text text text \
+        text timestamptz text text timestamptz text timestamptz";
+    const GATE_TYPES: &str = "uuid uuid uuid text text text text text text text text text text timestamptz \
+        timestamptz text timestamptz";
+    const RETRIEVAL_TYPES: &str = "uuid uuid text text text text text text text text text text text uuid bool \
+        text text timestamptz";
+    let mut n = 0;
+    let mut unnest = |types: &str| {
+        let arrays: Vec<String> = types
+            .split_whitespace()
+            .map(|t| {
+                n += 1;
+                format!("${n}::{t}[]")
+            })
+            .collect();
+        format!("SELECT * FROM UNNEST({})", arrays.join(", "))
+    };
+    let actions = unnest(ACTION_TYPES);
+    let gates = unnest(GATE_TYPES);
+    let retrievals = unnest(RETRIEVAL_TYPES);
+    format!(
+        "WITH a AS (INSERT INTO action_decisions ({ACTION_DECISION_COLUMNS}) {actions}), \
+         g AS (INSERT INTO hitl_items ({HITL_COLUMNS}) {gates} ON CONFLICT DO NOTHING) \
+         INSERT INTO retrieval_decisions ({RETRIEVAL_DECISION_COLUMNS}) {retrievals}"
+    )
+});
+
+async fn insert_batch(pool: &PgPool, b: &super::DecisionBatch) -> StoreResult<()> {
+    fn col<'a, T, U>(rows: &'a [T], f: impl Fn(&'a T) -> U) -> Vec<U> {
+        rows.iter().map(f).collect()
+    }
+    let (a, g, r) = (&b.actions, &b.gates, &b.retrievals);
+    sqlx::query(&INSERT_BATCH)
+        .bind(col(a, |d| d.id))
+        .bind(col(a, |d| d.org.0))
+        .bind(col(a, |d| d.agent_id.as_str()))
+        .bind(col(a, |d| d.target_app.as_str()))
+        .bind(col(a, |d| d.action.as_str()))
+        .bind(col(a, |d| json_text(&d.context)))
+        .bind(col(a, |d| d.decision.as_str()))
+        .bind(col(a, |d| d.would_decide.map(|w| w.as_str())))
+        .bind(col(a, |d| d.reason.as_str()))
+        .bind(col(a, |d| d.reason_code.map(|c| c.as_str())))
+        .bind(col(a, |d| d.rule_id))
+        .bind(col(a, |d| d.rule_code.as_deref()))
+        .bind(col(a, |d| d.enforced))
+        .bind(col(a, |d| d.agent_mode.as_str()))
+        .bind(col(a, |d| json_text(&d.floor_detectors)))
+        .bind(col(a, |d| d.source.as_str()))
+        .bind(col(a, |d| d.hitl_result.as_deref()))
+        .bind(col(a, |d| d.hitl_responded_at))
+        .bind(col(a, |d| d.hitl_responded_by.as_deref()))
+        .bind(col(a, |d| d.execution_result.as_deref()))
+        .bind(col(a, |d| d.execution_completed_at))
+        .bind(col(a, |d| d.execution_details.as_deref()))
+        .bind(col(a, |d| d.created_at))
+        .bind(col(g, |i| i.id))
+        .bind(col(g, |i| i.org.0))
+        .bind(col(g, |i| i.decision_id))
+        .bind(col(g, |i| i.agent_id.as_str()))
+        .bind(col(g, |i| i.target_app.as_str()))
+        .bind(col(g, |i| i.action.as_str()))
+        .bind(col(g, |i| json_text(&i.context)))
+        .bind(col(g, |i| i.category.as_str()))
+        .bind(col(g, |i| i.status.as_str()))
+        .bind(col(g, |i| i.ai_recommended_rule.as_deref()))
+        .bind(col(g, |i| json_text(&i.notified_via)))
+        .bind(col(g, |i| i.resolution.as_deref()))
+        .bind(col(g, |i| i.dedupe_key.as_deref()))
+        .bind(col(g, |i| i.expires_at))
+        .bind(col(g, |i| i.responded_at))
+        .bind(col(g, |i| i.responded_by.as_deref()))
+        .bind(col(g, |i| i.created_at))
+        .bind(col(r, |d| d.id))
+        .bind(col(r, |d| d.org.0))
+        .bind(col(r, |d| d.agent_id.as_str()))
+        .bind(col(r, |d| d.operation.as_str()))
+        .bind(col(r, |d| d.resource_type.as_str()))
+        .bind(col(r, |d| json_text(&d.resource_metadata)))
+        .bind(col(r, |d| d.query.as_deref()))
+        .bind(col(r, |d| d.surface.as_deref()))
+        .bind(col(r, |d| d.trust_tier.as_deref()))
+        .bind(col(r, |d| d.decision.as_str()))
+        .bind(col(r, |d| d.would_decide.map(|w| w.as_str())))
+        .bind(col(r, |d| d.reason.as_str()))
+        .bind(col(r, |d| d.reason_code.as_str()))
+        .bind(col(r, |d| d.rule_id))
+        .bind(col(r, |d| d.enforced))
+        .bind(col(r, |d| d.agent_mode.as_str()))
+        .bind(col(r, |d| json_text(&d.floor_detectors)))
+        .bind(col(r, |d| d.created_at))
+        .execute(pool)
+        .await
+        .map_err(map_err)?;
+    Ok(())
+}
+
 super::sql::store_impl!(PostgresStore, sqlx::Postgres, {
     async fn insert_decisions(&self, batch: Arc<super::DecisionBatch>) -> StoreResult<()> {
-        let actions: Vec<&ActionDecision> = batch.actions.iter().collect();
-        let retrievals: Vec<&RetrievalDecision> = batch.retrievals.iter().collect();
-        let mut tx = self.pool.begin().await.map_err(map_err)?;
-        insert_action_decisions_in(&mut tx, &actions, false).await?;
-        // After the decisions: a gate refers to its decision.
-        for gate in &batch.gates {
-            insert_hitl_in(&mut *tx, gate).await?;
-        }
-        insert_retrieval_decisions_in(&mut tx, &retrievals).await?;
-        tx.commit().await.map_err(map_err)?;
-        Ok(())
+        insert_batch(&self.pool, &batch).await
     }
 
     async fn announce_mode(&self, event: &super::ModeEvent) -> StoreResult<bool> {
         self.notify(MODE_CHANNEL, &event.payload()).await?;
         Ok(true)
-    }
-
-    /// Commits overlap on the server (its own group commit shares the
-    /// flushes), so a batch need not wait for the previous one.
-    fn concurrent_writers(&self) -> usize {
-        4
     }
 
     fn hears_replicas(&self) -> bool {
