@@ -199,21 +199,34 @@ pub async fn serve(
 /// may hold ids; never headers, which hold keys).
 async fn observe(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let start = Instant::now();
-    let method = req.method().clone();
+    let method = crate::metrics::method_label(req.method());
     let route = req
         .extensions()
         .get::<MatchedPath>()
-        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+        .map_or("unmatched", MatchedPath::as_str)
+        .to_owned();
     let response = next.run(req).await;
     let status = response.status();
     let elapsed = start.elapsed();
     state
         .metrics
-        .observe(method.as_str(), &route, status.as_u16(), elapsed);
+        .observe(method, &route, status.as_u16(), elapsed);
     if status.is_server_error() {
-        tracing::warn!(%method, route, status = status.as_u16(), ms = elapsed.as_secs_f64() * 1e3, "request");
+        tracing::warn!(
+            method,
+            route,
+            status = status.as_u16(),
+            ms = elapsed.as_secs_f64() * 1e3,
+            "request"
+        );
     } else {
-        tracing::info!(%method, route, status = status.as_u16(), ms = elapsed.as_secs_f64() * 1e3, "request");
+        tracing::info!(
+            method,
+            route,
+            status = status.as_u16(),
+            ms = elapsed.as_secs_f64() * 1e3,
+            "request"
+        );
     }
     response
 }

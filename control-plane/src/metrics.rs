@@ -10,15 +10,33 @@ use prometheus_client::registry::Registry;
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct RequestLabels {
-    method: String,
+    method: &'static str,
     route: String,
     status: u16,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct RouteLabels {
-    method: String,
+    method: &'static str,
     route: String,
+}
+
+/// The method as a label: the standard ones by name, any other as `other`
+/// (a client can send any token as a method; each would be a new series).
+pub fn method_label(method: &axum::http::Method) -> &'static str {
+    use axum::http::Method;
+    match *method {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::PATCH => "PATCH",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        Method::CONNECT => "CONNECT",
+        Method::TRACE => "TRACE",
+        _ => "other",
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -87,18 +105,19 @@ impl Metrics {
             .inc();
     }
 
-    /// Counts one request.
-    pub fn observe(&self, method: &str, route: &str, status: u16, elapsed: Duration) {
+    /// Counts one request; `method` comes from [`method_label`], `route` is
+    /// the router's template (a fixed set).
+    pub fn observe(&self, method: &'static str, route: &str, status: u16, elapsed: Duration) {
         self.requests
             .get_or_create(&RequestLabels {
-                method: method.to_owned(),
+                method,
                 route: route.to_owned(),
                 status,
             })
             .inc();
         self.latency
             .get_or_create(&RouteLabels {
-                method: method.to_owned(),
+                method,
                 route: route.to_owned(),
             })
             .observe(elapsed.as_secs_f64());

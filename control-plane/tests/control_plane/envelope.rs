@@ -86,6 +86,31 @@ async fn ops_endpoints(backend: Backend) {
     );
     assert!(metrics.contains("warden_http_request_duration_seconds_bucket"));
     assert!(!metrics.contains(&admin), "metrics never carry keys");
+    // A method a client made up is counted as `other`: any token is a valid
+    // method, and each one as a label would be a new series (unbounded).
+    for made_up in ["BREW", "WHEN"] {
+        srv.request(
+            Method::from_bytes(made_up.as_bytes()).unwrap(),
+            "/healthz",
+            None,
+        )
+        .send()
+        .await
+        .unwrap();
+    }
+    let metrics = srv
+        .request(Method::GET, "/metrics", None)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(metrics.contains("method=\"other\""), "{metrics}");
+    assert!(
+        !metrics.contains("BREW") && !metrics.contains("WHEN"),
+        "{metrics}"
+    );
 
     // The OpenAPI document parses and lists every route of the table.
     let (s, doc): (u16, Value) = json(
