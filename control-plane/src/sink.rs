@@ -103,7 +103,12 @@ async fn write_loop(writer: Writer, mut rx: mpsc::Receiver<Job>) {
                 Err(_) => break,
             }
         }
-        writer.write_batch(jobs).await;
+        // A panic fails this batch's requests (their answers are dropped),
+        // never the writer: later decisions must still be stored.
+        let batch = std::panic::AssertUnwindSafe(writer.write_batch(jobs));
+        if futures_util::FutureExt::catch_unwind(batch).await.is_err() {
+            tracing::error!("the decision writer panicked on a batch; its requests failed");
+        }
     }
 }
 

@@ -90,7 +90,16 @@ fn open(path: &Path) -> rusqlite::Result<Connection> {
 
 fn run(mut conn: Connection, work: mpsc::Receiver<Work>) {
     while let Ok((batch, done)) = work.recv() {
-        let outcome = insert(&mut conn, &batch).map_err(map_err);
+        // A panic fails this batch (its transaction rolls back as it
+        // unwinds), not the thread: later batches must still be stored.
+        let attempt = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            insert(&mut conn, &batch).map_err(map_err)
+        }));
+        let outcome = attempt.unwrap_or_else(|_| {
+            Err(StoreError::Writer(
+                "the decision writer panicked on this batch".into(),
+            ))
+        });
         // The sink takes the rows back once the batch is answered.
         drop(batch);
         let _ = done.send(outcome);
