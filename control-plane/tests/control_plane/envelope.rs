@@ -52,6 +52,16 @@ async fn error_paths_use_the_envelope(backend: Backend) {
     srv.stop().await;
 }
 
+async fn metrics_text(srv: &TestServer) -> String {
+    srv.request(Method::GET, "/metrics", None)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
 async fn ops_endpoints(backend: Backend) {
     let srv = TestServer::start(backend).await;
     let admin = srv.admin("acme").await;
@@ -70,14 +80,7 @@ async fn ops_endpoints(backend: Backend) {
             .status(),
         200
     );
-    let metrics = srv
-        .request(Method::GET, "/metrics", None)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics_text(&srv).await;
     assert!(
         metrics.contains(
             "warden_http_requests_total{method=\"GET\",route=\"/api/keys\",status=\"200\"} 1"
@@ -98,14 +101,7 @@ async fn ops_endpoints(backend: Backend) {
         .await
         .unwrap();
     }
-    let metrics = srv
-        .request(Method::GET, "/metrics", None)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics_text(&srv).await;
     assert!(metrics.contains("method=\"other\""), "{metrics}");
     assert!(
         !metrics.contains("BREW") && !metrics.contains("WHEN"),
