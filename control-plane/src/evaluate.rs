@@ -162,16 +162,17 @@ pub async fn action(
     sink: &DecisionSink,
     org: OrgId,
     agent: AgentRef<'_>,
-    input: &ActionInput,
+    input: ActionInput,
     now: DateTime<Utc>,
 ) -> Result<Decided, ApiError> {
     let set = cache.policy(store, org, agent, now).await?;
-    let verdict = set.decide_action(input);
+    let verdict = set.decide_action(&input);
+    // The context moves on into the stored row (masked there), uncopied.
     let event = ActionEvent {
         agent_id: &input.agent_id,
         target_app: &input.target_app,
         action: &input.action,
-        context: input.context.clone(),
+        context: input.context,
     };
     let window = set.no_coverage().hitl_timeout_seconds;
     let id = store_action(sink, org, event, &verdict, window, now).await?;

@@ -245,22 +245,19 @@ pub async fn allow(
     let now = Utc::now();
     let store = state.store.as_ref();
     let agent = agents::provision(store, caller.key.org, &input.agent_id, now).await?;
+    let operation = warden_engine::classify::classify(&input.action).as_str();
     let decided = evaluate::action(
         store,
         &state.policies,
         &state.sink,
         caller.key.org,
         AgentRef::Known(&agent),
-        &input,
+        input,
         now,
     )
     .await?;
     let mut view = action_view(&decided);
-    view.operation = Some(
-        warden_engine::classify::classify(&input.action)
-            .as_str()
-            .to_owned(),
-    );
+    view.operation = Some(operation.to_owned());
     Ok(Json(view))
 }
 
@@ -460,8 +457,7 @@ pub async fn unified(
                     action: action.clone(),
                     context: context.clone(),
                 };
-                evaluate::action(store, &state.policies, sink, org, agent_ref(), &input, now)
-                    .await?
+                evaluate::action(store, &state.policies, sink, org, agent_ref(), input, now).await?
             }
             Facet::Delegation => {
                 let mut ctx: DelegationContext =
