@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use axum::extract::{FromRequestParts, Request, State};
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, HeaderValue, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
@@ -185,9 +185,13 @@ pub async fn authorize(
     response
 }
 
+/// Typed names: inserting by a string validates the name on every response.
+const RATE_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
+const RATE_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+
 fn rate_headers(headers: &mut HeaderMap, v: &LimitVerdict) {
-    headers.insert("x-ratelimit-limit", HeaderValue::from(v.limit));
-    headers.insert("x-ratelimit-remaining", HeaderValue::from(v.remaining));
+    headers.insert(RATE_LIMIT, HeaderValue::from(v.limit));
+    headers.insert(RATE_REMAINING, HeaderValue::from(v.remaining));
 }
 
 #[cfg(test)]
