@@ -28,7 +28,6 @@ use warden_engine::model::{
 use crate::config::Unmatched;
 use crate::route::first_match;
 use crate::service::{Body, BoxError, RouteService, envelope, full};
-use crate::telemetry::Report;
 
 fn blocked(verdict: &Verdict, decision_id: Option<uuid::Uuid>) -> Response<Body> {
     envelope(
@@ -57,9 +56,17 @@ type Parsed = (Map<String, Value>, Judged);
 /// Where each `context` key came from, to rebuild a masked request.
 #[derive(Debug)]
 struct Judged {
-    origins: BTreeMap<String, Origin>,
+    /// The keys the query and the path added; every other key is the
+    /// body's (so the usual request, all body, records nothing here).
+    added: BTreeMap<String, Origin>,
     /// The body was a JSON object (else it was empty).
     json_body: bool,
+}
+
+impl Judged {
+    fn origin(&self, key: &str) -> Origin {
+        self.added.get(key).copied().unwrap_or(Origin::Body)
+    }
 }
 
 fn query_pairs(uri: &Uri) -> Vec<(String, String)> {
@@ -75,34 +82,30 @@ fn context_of(
     body: &Bytes,
     params: &BTreeMap<String, String>,
 ) -> Result<Parsed, String> {
-    let mut context = Map::new();
-    let mut origins = BTreeMap::new();
     let json_body = !body.iter().all(u8::is_ascii_whitespace);
-    if json_body {
+    let mut context = if json_body {
         match serde_json::from_slice::<Value>(body) {
-            Ok(Value::Object(fields)) => {
-                for (k, v) in fields {
-                    origins.insert(k.clone(), Origin::Body);
-                    context.insert(k, v);
-                }
-            }
+            Ok(Value::Object(fields)) => fields,
             Ok(_) => return Err("a JSON body that is not an object".to_owned()),
             Err(_) => return Err("a body that is not JSON".to_owned()),
         }
-    }
+    } else {
+        Map::new()
+    };
+    let mut added = BTreeMap::new();
     for (k, v) in query_pairs(uri) {
         if !context.contains_key(&k) {
-            origins.insert(k.clone(), Origin::Query);
+            added.insert(k.clone(), Origin::Query);
             context.insert(k, Value::String(v));
         }
     }
     for (k, v) in params {
         if !context.contains_key(k) {
-            origins.insert(k.clone(), Origin::Path);
+            added.insert(k.clone(), Origin::Path);
             context.insert(k.clone(), Value::String(v.clone()));
         }
     }
-    Ok((context, Judged { origins, json_body }))
+    Ok((context, Judged { added, json_body }))
 }
 
 /// Writes a masked context back into the body and the query.
@@ -111,7 +114,7 @@ fn rebuild(judged: &Judged, masked: &Value, uri: &Uri) -> (Bytes, Option<String>
     let pick = |origin: Origin| {
         fields
             .iter()
-            .filter(move |(k, _)| judged.origins.get(*k) == Some(&origin))
+            .filter(move |(k, _)| judged.origin(k) == origin)
     };
     let body = if judged.json_body {
         let object: Map<String, Value> = pick(Origin::Body)
@@ -125,9 +128,9 @@ fn rebuild(judged: &Judged, masked: &Value, uri: &Uri) -> (Bytes, Option<String>
         let mut out = form_urlencoded::Serializer::new(String::new());
         for (k, original) in query_pairs(uri) {
             // Repeated keys keep their original values unless masked.
-            let value = match (judged.origins.get(&k), fields.get(&k)) {
-                (Some(Origin::Query), Some(Value::String(s))) => s.clone(),
-                (Some(Origin::Query), Some(v)) => v.to_string(),
+            let value = match (judged.origin(&k), fields.get(&k)) {
+                (Origin::Query, Some(Value::String(s))) => s.clone(),
+                (Origin::Query, Some(v)) => v.to_string(),
                 _ => original,
             };
             out.append_pair(&k, &value);
@@ -212,7 +215,7 @@ impl RouteService {
             + params.values().map(|v| v.len() + 8).sum::<usize>();
 
         // Decide.
-        let mut input = ActionInput {
+        let input = ActionInput {
             agent_id: self.agent_id.clone(),
             target_app: self.route.name.clone(),
             action,
@@ -244,8 +247,6 @@ impl RouteService {
             (_, _, None) => Applied::Block(verdict.clone()),
         };
         let decision_id = uuid::Uuid::now_v7();
-        let context = std::mem::take(&mut input.context);
-        let report_context = self.report_context(&verdict, context, size_hint);
         let (resp, execution) = match applied {
             Applied::Block(v) => (blocked(&v, Some(decision_id)), None),
             Applied::Forward(body, query) => {
@@ -256,12 +257,14 @@ impl RouteService {
         let resp = self.judge_response(resp, retrieval, &method, &path).await;
 
         // Report.
-        if verdict.evaluated {
-            self.telemetry.push(Report {
-                item: self.item(decision_id, &input, &verdict, decided_in, report_context),
-                execution,
-            });
-        }
+        self.report_decision(
+            decision_id,
+            input,
+            &verdict,
+            decided_in,
+            size_hint,
+            execution,
+        );
         resp
     }
 

@@ -11,6 +11,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderMap, HeaderValue};
+use hyper::http::uri::{PathAndQuery, Scheme};
 use hyper::{Request, Response, StatusCode, Uri};
 use serde_json::{Value, json};
 use warden_engine::Verdict;
@@ -20,7 +21,7 @@ use crate::config::{Kind, Route};
 use crate::control::{ControlPlane, ExecutionEvent, TelemetryItem};
 use crate::governor::Governor;
 use crate::metrics::Metrics;
-use crate::telemetry::TelemetryQueue;
+use crate::telemetry::{Report, TelemetryQueue};
 
 /// Bodies both ways: buffered (judged) or streamed (passed through).
 pub type Body = http_body_util::combinators::BoxBody<Bytes, BoxError>;
@@ -95,8 +96,12 @@ const HOP_BY_HOP: [header::HeaderName; 9] = [
 ];
 
 pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    for name in &HOP_BY_HOP {
-        headers.remove(name);
+    // Most messages carry none of them: one look at the few names present
+    // is cheaper than nine removals, each of which hashes its name.
+    if headers.keys().any(|name| HOP_BY_HOP.contains(name)) {
+        for name in &HOP_BY_HOP {
+            headers.remove(name);
+        }
     }
 }
 
@@ -165,24 +170,12 @@ impl RouteService {
                 None,
             );
         };
-        let base_path = base.path().trim_end_matches('/');
-        let request_pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-        // The forward proxy keeps the request's path; HTTP routes append it to
-        // the upstream's base path; an MCP route's upstream is its endpoint.
-        let path_and_query = match (&named, self.route.kind) {
-            (Some(_), _) => request_pq.to_owned(),
-            (None, Kind::Http) => format!("{base_path}{request_pq}"),
-            (None, Kind::Mcp) => match parts.uri.query() {
-                Some(q) => format!("{}?{q}", base.path()),
-                None => base.path().to_owned(),
-            },
+        let uri = match (&named, self.route.kind, parts.uri.query()) {
+            // An MCP route's upstream is its endpoint: the target as configured.
+            (None, Kind::Mcp, None) if base.query().is_none() => Ok(base.clone()),
+            _ => upstream_target(&base, named.is_some(), self.route.kind, &parts.uri),
         };
-        let target = format!(
-            "{}://{}{path_and_query}",
-            base.scheme_str().unwrap_or("http"),
-            base.authority().map_or("", |a| a.as_str()),
-        );
-        let Ok(uri) = target.parse::<Uri>() else {
+        let Ok(uri) = uri else {
             return (
                 envelope(
                     StatusCode::BAD_REQUEST,
@@ -253,7 +246,7 @@ impl RouteService {
     /// any; omitted when masking fails or when it may be too large
     /// (`size_hint`: the bytes it was parsed from, so nothing is serialized
     /// on the request path to measure it).
-    pub(crate) fn report_context(
+    fn report_context(
         &self,
         verdict: &Verdict,
         mut context: Value,
@@ -270,19 +263,32 @@ impl RouteService {
         Some(context)
     }
 
-    pub(crate) fn item(
+    /// Queues the report of an evaluated decision (a decision that was not
+    /// evaluated, in mode `off`, sends nothing). The input moves into the
+    /// report: it is the last use of the call's names and context.
+    pub(crate) fn report_decision(
         &self,
         id: uuid::Uuid,
-        input: &ActionInput,
+        input: ActionInput,
         verdict: &Verdict,
         latency: Duration,
-        context: Option<Value>,
-    ) -> TelemetryItem {
-        TelemetryItem {
+        size_hint: usize,
+        execution: Option<ExecutionEvent>,
+    ) {
+        if !verdict.evaluated {
+            return;
+        }
+        let ActionInput {
+            agent_id,
+            target_app,
+            action,
+            context,
+        } = input;
+        let item = TelemetryItem {
             decision_id: id,
-            agent_id: input.agent_id.clone(),
-            target_app: input.target_app.clone(),
-            action: input.action.clone(),
+            agent_id,
+            target_app,
+            action,
             // In monitor mode, the rule's real outcome (the control plane
             // records `permit` with it as `would_decide`).
             decision: verdict.outcome().as_str(),
@@ -294,9 +300,40 @@ impl RouteService {
             agent_mode: verdict.agent_mode.as_str(),
             evaluation_mode: "local",
             latency_ms: latency.as_secs_f64() * 1000.0,
-            context,
-        }
+            context: self.report_context(verdict, context, size_hint),
+        };
+        self.telemetry.push(Report { item, execution });
     }
+}
+
+/// Where a request goes upstream: the forward proxy keeps the request's
+/// path; HTTP routes append it to the upstream's base path; an MCP route's
+/// upstream is its endpoint (with the request's query, if any). Built from
+/// parts: only a path that must be joined is written out and parsed.
+fn upstream_target(base: &Uri, named: bool, kind: Kind, request: &Uri) -> Result<Uri, ()> {
+    let request_pq = || {
+        request
+            .path_and_query()
+            .cloned()
+            .unwrap_or_else(|| PathAndQuery::from_static("/"))
+    };
+    let base_path = base.path().trim_end_matches('/');
+    let path_and_query = match (named, kind) {
+        (true, _) => request_pq(),
+        (false, Kind::Http) if base_path.is_empty() => request_pq(),
+        (false, Kind::Http) => {
+            PathAndQuery::try_from(format!("{base_path}{}", request_pq())).map_err(drop)?
+        }
+        (false, Kind::Mcp) => match request.query() {
+            Some(q) => PathAndQuery::try_from(format!("{}?{q}", base.path())).map_err(drop)?,
+            None => PathAndQuery::try_from(base.path()).map_err(drop)?,
+        },
+    };
+    let mut parts = hyper::http::uri::Parts::default();
+    parts.scheme = Some(base.scheme().cloned().unwrap_or(Scheme::HTTP));
+    parts.authority = base.authority().cloned();
+    parts.path_and_query = Some(path_and_query);
+    Uri::from_parts(parts).map_err(drop)
 }
 
 /// An error and its causes, `: `-separated (hyper's own message is only

@@ -8,6 +8,7 @@
 //! filter response (the result as a retrieval: allowed, redacted or
 //! withheld; `tools/list` without the tools denied outright) → report.
 
+use std::borrow::Cow;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -15,6 +16,9 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
+use serde::Deserialize;
+use serde::de::IgnoredAny;
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use warden_engine::Verdict;
 use warden_engine::client::{MaskOutcome, mask_or_block};
@@ -26,7 +30,9 @@ use crate::config::Unmatched;
 use crate::governor::Governor;
 use crate::metrics::Metrics;
 use crate::service::{Body, BoxError, MAX_RESULT_BYTES, RouteService, collect_limited, full};
-use crate::telemetry::Report;
+
+/// Why a message that is not a JSON-RPC object cannot be judged.
+const NOT_JSON: &str = "an MCP message that is not a JSON-RPC object";
 
 /// The JSON-RPC error code of a call or result blocked by policy.
 pub const POLICY_DENIED: i64 = -32050;
@@ -51,14 +57,90 @@ const PLUMBING: &[&str] = &[
 /// What the response of a governed request is checked for.
 #[derive(Debug, Clone)]
 enum Filter {
-    /// The result is content the agent is about to read.
-    Retrieval {
-        operation: RetrievalOperation,
-        resource_type: &'static str,
-        metadata: Value,
-    },
+    /// The result is content the agent is about to read (the input is
+    /// built once: an SSE response may carry several candidate events).
+    Retrieval(RetrievalInput),
     /// Hide the tools the bundle denies outright.
     ToolsList,
+}
+
+/// What the adapter routes a JSON-RPC message on, borrowed from the body:
+/// only the tool call's arguments (its `context`) become a `Value`, so a
+/// call is not built into a tree, walked and dropped to read three fields.
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(default, borrow)]
+    id: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    method: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    params: Option<&'a RawValue>,
+}
+
+/// The members of `params` the governed methods read.
+#[derive(Deserialize)]
+struct Params<'a> {
+    #[serde(default, borrow)]
+    name: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    uri: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    arguments: Option<&'a RawValue>,
+}
+
+impl<'a> Params<'a> {
+    /// `params` if it is an object (a derived struct would also accept an
+    /// array, positionally); anything else has none of these members.
+    fn of(params: Option<&'a RawValue>) -> Params<'a> {
+        let none = Params {
+            name: None,
+            uri: None,
+            arguments: None,
+        };
+        match params {
+            Some(raw) if raw.get().starts_with('{') => {
+                serde_json::from_str(raw.get()).unwrap_or(none)
+            }
+            _ => none,
+        }
+    }
+
+    /// `name` when it is a string.
+    fn name(&self) -> Option<Cow<'a, str>> {
+        self.name
+            .and_then(|raw| serde_json::from_str(raw.get()).ok())
+    }
+}
+
+/// A member as a value (`null` when absent).
+fn value_of(raw: Option<&RawValue>) -> Value {
+    raw.and_then(|r| serde_json::from_str(r.get()).ok())
+        .unwrap_or(Value::Null)
+}
+
+/// The first byte of a JSON text that is not whitespace.
+fn first_byte(bytes: &[u8]) -> Option<u8> {
+    bytes.iter().copied().find(|b| !b.is_ascii_whitespace())
+}
+
+/// Whether a response body holds a result to judge: `Err` when it is not
+/// JSON; `Ok(false)` when it is not an object or carries no `result` (an
+/// error answer). Checked without building the message.
+fn has_result(bytes: &[u8]) -> Result<bool, ()> {
+    #[derive(Deserialize)]
+    struct Probe {
+        #[serde(default)]
+        result: Option<IgnoredAny>,
+    }
+    if first_byte(bytes) == Some(b'{') {
+        serde_json::from_slice::<Probe>(bytes)
+            .map(|p| p.result.is_some())
+            .map_err(drop)
+    } else {
+        serde_json::from_slice::<IgnoredAny>(bytes)
+            .map(|_| false)
+            .map_err(drop)
+    }
 }
 
 /// A JSON-RPC error answer for request `id`.
@@ -123,23 +205,74 @@ fn filter_message(
             });
             tools.len() != before
         }
-        Filter::Retrieval {
-            operation,
-            resource_type,
-            metadata,
-        } => {
-            let verdict = governor.decide_retrieval(&RetrievalInput {
-                agent_id: agent_id.to_owned(),
-                operation: *operation,
-                resource_type: (*resource_type).to_owned(),
-                resource_metadata: metadata.clone(),
-                query: None,
-                surface: Some("mcp".to_owned()),
-                trust_tier: None,
-            });
-            metrics.decision(route, verdict.decision.as_str(), verdict.enforced);
+        Filter::Retrieval(input) => {
+            let verdict = decide_result(governor, input, route, metrics);
             apply_retrieval(&verdict, msg)
         }
+    }
+}
+
+/// Judges a JSON response that carries a result: the upstream's own bytes
+/// when the verdict lets them pass, the rewritten message otherwise.
+fn judge_result(
+    filter: &Filter,
+    id: &Value,
+    raw: Bytes,
+    governor: &Governor,
+    agent_id: &str,
+    route: &'static str,
+    metrics: &Metrics,
+) -> Bytes {
+    let parse = || serde_json::from_slice::<Value>(&raw);
+    match filter {
+        Filter::Retrieval(input) => {
+            let verdict = decide_result(governor, input, route, metrics);
+            if !rewrites(&verdict) {
+                // The verdict did not read the content: nothing is built.
+                return raw;
+            }
+            match parse() {
+                Ok(mut msg) => {
+                    apply_retrieval(&verdict, &mut msg);
+                    Bytes::from(msg.to_string())
+                }
+                // Read once already, so never expected; withheld if it happens.
+                Err(_) => Bytes::from(policy_error(id, &verdict, None).to_string()),
+            }
+        }
+        Filter::ToolsList => {
+            let Ok(mut msg) = parse() else { return raw };
+            if filter_message(filter, &mut msg, governor, agent_id, route, metrics) {
+                Bytes::from(msg.to_string())
+            } else {
+                raw
+            }
+        }
+    }
+}
+
+/// Decides a result: the verdict depends on where it came from (server,
+/// tool or resource), never on its content, which only a rewrite reads.
+fn decide_result(
+    governor: &Governor,
+    input: &RetrievalInput,
+    route: &'static str,
+    metrics: &Metrics,
+) -> Verdict {
+    let verdict = governor.decide_retrieval(input);
+    metrics.decision(route, verdict.decision.as_str(), verdict.enforced);
+    if verdict.decision == Decision::Escalate {
+        tracing::info!(rule_code = ?verdict.rule_code, "retrieval escalated; passed as the rule's fallback says");
+    }
+    verdict
+}
+
+/// Whether applying a retrieval verdict changes the result.
+fn rewrites(verdict: &Verdict) -> bool {
+    match verdict.decision {
+        Decision::Deny | Decision::Redact => true,
+        Decision::Escalate => verdict.hitl_fallback == Some(HitlFallback::Mask),
+        _ => false,
     }
 }
 
@@ -163,31 +296,22 @@ fn apply_retrieval(verdict: &Verdict, msg: &mut Value) -> bool {
             true
         }
         Decision::Redact => mask(msg),
-        Decision::Escalate => {
-            tracing::info!(rule_code = ?verdict.rule_code, "retrieval escalated; passed as the rule's fallback says");
-            if verdict.hitl_fallback == Some(HitlFallback::Mask) {
-                mask(msg)
-            } else {
-                false
-            }
-        }
+        Decision::Escalate if verdict.hitl_fallback == Some(HitlFallback::Mask) => mask(msg),
         _ => false,
     }
 }
 
 /// A tools/call request's name and arguments, or why it cannot be judged.
-fn tool_call(msg: &Value) -> Result<(String, Value), String> {
-    let params = msg.get("params").unwrap_or(&Value::Null);
+fn tool_call(params: &Params<'_>) -> Result<(String, Value), String> {
     let name = params
-        .get("name")
-        .and_then(Value::as_str)
+        .name()
         .ok_or_else(|| "a tools/call without a tool name".to_owned())?;
-    let args = match params.get("arguments") {
-        None | Some(Value::Null) => json!({}),
-        Some(Value::Object(o)) => Value::Object(o.clone()),
+    let args = match params.arguments.map(|raw| serde_json::from_str(raw.get())) {
+        None | Some(Ok(Value::Null)) => Value::Object(serde_json::Map::new()),
+        Some(Ok(object @ Value::Object(_))) => object,
         Some(_) => return Err("tools/call arguments that are not an object".to_owned()),
     };
-    Ok((name.to_owned(), args))
+    Ok((name.into_owned(), args))
 }
 
 /// `mcp-method` / `mcp-name` headers that disagree with the body: a call
@@ -235,36 +359,26 @@ impl RouteService {
                 Ok(decoded) => decoded,
                 Err(why) => return self.unjudgeable(&Value::Null, &why, parts, bytes).await,
             };
-        let msg: Value = match serde_json::from_slice(&bytes) {
-            Ok(v) => v,
-            Err(_) => {
-                return self
-                    .unjudgeable(
-                        &Value::Null,
-                        "an MCP message that is not JSON",
-                        parts,
-                        bytes,
-                    )
-                    .await;
-            }
-        };
-        if msg.is_array() {
+        if first_byte(&bytes) == Some(b'[') {
             // Batches (dropped from MCP in 2025-06-18) follow the route's default.
-            return self
-                .ungoverned(&Value::Null, "a JSON-RPC batch", parts, bytes)
-                .await;
+            return match serde_json::from_slice::<IgnoredAny>(&bytes) {
+                Ok(_) => {
+                    self.ungoverned(&Value::Null, "a JSON-RPC batch", parts, bytes)
+                        .await
+                }
+                Err(_) => self.unjudgeable(&Value::Null, NOT_JSON, parts, bytes).await,
+            };
         }
-        let id = msg.get("id").cloned().unwrap_or(Value::Null);
-        let method = msg
-            .get("method")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
-        let name = msg
-            .get("params")
-            .and_then(|p| p.get("name"))
-            .and_then(Value::as_str);
-        if let Some(why) = header_mismatch(&parts.headers, &method, name) {
+        let Ok(msg) = serde_json::from_slice::<Envelope<'_>>(&bytes) else {
+            return self.unjudgeable(&Value::Null, NOT_JSON, parts, bytes).await;
+        };
+        let id = value_of(msg.id);
+        let params = Params::of(msg.params);
+        let name = params.name();
+        let method = msg.method.as_deref();
+        if let Some(why) =
+            header_mismatch(&parts.headers, method.unwrap_or_default(), name.as_deref())
+        {
             tracing::warn!(route = %self.route.name, %why, "refused: routing headers disagree with the body");
             return json_response(
                 StatusCode::BAD_REQUEST,
@@ -276,28 +390,45 @@ impl RouteService {
                 ),
             );
         }
-        let server = self.route.name.clone();
-        let filter = match method.as_str() {
-            "tools/call" => return self.tool_call(parts, bytes, msg, started).await,
-            "resources/read" => Some(Filter::Retrieval {
-                operation: RetrievalOperation::Retrieve,
-                resource_type: "resource",
-                metadata: json!({"server": server, "uri": msg["params"]["uri"]}),
-            }),
-            "prompts/get" => Some(Filter::Retrieval {
-                operation: RetrievalOperation::PromptRender,
-                resource_type: "prompt",
-                metadata: json!({"server": server, "prompt": msg["params"]["name"], "arguments": msg["params"]["arguments"]}),
-            }),
-            "tools/list" => Some(Filter::ToolsList),
-            m if m.starts_with("notifications/") || msg.get("method").is_none() => None,
-            m if PLUMBING.contains(&m) => None,
-            m => {
-                return self
-                    .ungoverned(&id, &format!("the method `{m}`"), parts, bytes)
-                    .await;
+        let retrieval = |operation, resource_type: &str, metadata| {
+            Some(Filter::Retrieval(RetrievalInput {
+                agent_id: self.agent_id.clone(),
+                operation,
+                resource_type: resource_type.to_owned(),
+                resource_metadata: metadata,
+                query: None,
+                surface: Some("mcp".to_owned()),
+                trust_tier: None,
+            }))
+        };
+        let server = &self.route.name;
+        let filter = match method {
+            Some("tools/call") => {
+                let call = tool_call(&params);
+                drop(msg);
+                return self.tool_call(parts, bytes, id, call, started).await;
+            }
+            Some("resources/read") => retrieval(
+                RetrievalOperation::Retrieve,
+                "resource",
+                json!({"server": server, "uri": value_of(params.uri)}),
+            ),
+            Some("prompts/get") => retrieval(
+                RetrievalOperation::PromptRender,
+                "prompt",
+                json!({"server": server, "prompt": value_of(params.name), "arguments": value_of(params.arguments)}),
+            ),
+            Some("tools/list") => Some(Filter::ToolsList),
+            // Notifications, plumbing, and the client's answers to the server.
+            None => None,
+            Some(m) if m.starts_with("notifications/") || PLUMBING.contains(&m) => None,
+            Some(m) => {
+                let what = format!("the method `{m}`");
+                drop(msg);
+                return self.ungoverned(&id, &what, parts, bytes).await;
             }
         };
+        drop(msg);
         let (resp, _) = self.forward(parts, full(bytes), None).await;
         match filter {
             Some(f) => self.filter_response(resp, id, f).await,
@@ -310,19 +441,28 @@ impl RouteService {
         &self,
         parts: hyper::http::request::Parts,
         bytes: Bytes,
-        mut msg: Value,
+        id: Value,
+        call: Result<(String, Value), String>,
         started: Instant,
     ) -> Response<Body> {
-        let id = msg.get("id").cloned().unwrap_or(Value::Null);
         let size_hint = bytes.len();
-        let (name, args) = match tool_call(&msg) {
+        let (name, args) = match call {
             Ok(call) => call,
             Err(why) => return self.unjudgeable(&id, &why, parts, bytes).await,
         };
+        let filter = Filter::Retrieval(RetrievalInput {
+            agent_id: self.agent_id.clone(),
+            operation: RetrievalOperation::ToolCall,
+            resource_type: "tool_result".to_owned(),
+            resource_metadata: json!({"server": self.route.name, "tool": name}),
+            query: None,
+            surface: Some("mcp".to_owned()),
+            trust_tier: None,
+        });
         let input = ActionInput {
             agent_id: self.agent_id.clone(),
             target_app: self.route.name.clone(),
-            action: name.clone(),
+            action: name,
             context: args,
         };
         let verdict = self.governor.decide_action(&input);
@@ -334,48 +474,34 @@ impl RouteService {
             verdict.enforced,
         );
         let decision_id = uuid::Uuid::now_v7();
-        let filter = Filter::Retrieval {
-            operation: RetrievalOperation::ToolCall,
-            resource_type: "tool_result",
-            metadata: json!({"server": self.route.name, "tool": name}),
-        };
-        let report = |execution| {
-            if verdict.evaluated {
-                self.telemetry.push(Report {
-                    item: self.item(
-                        decision_id,
-                        &input,
-                        &verdict,
-                        decided_in,
-                        self.report_context(&verdict, input.context.clone(), size_hint),
-                    ),
-                    execution,
-                });
-            }
-        };
-        let masked = |verdict: &Verdict, msg: &mut Value| -> Result<(), Verdict> {
+        // The call with its arguments masked, re-serialized (the only
+        // path that builds the whole message).
+        let masked = |verdict: &Verdict| -> Result<Bytes, Verdict> {
+            let blocked = |why: &str| {
+                let mut v = verdict.clone();
+                v.decision = Decision::Deny;
+                v.reason = format!("masking failed ({why}); blocked");
+                v
+            };
+            let mut msg: Value =
+                serde_json::from_slice(&bytes).map_err(|_| blocked("unreadable"))?;
             match mask_or_block(verdict, &mut msg["params"]["arguments"]) {
-                MaskOutcome::Masked(_) => Ok(()),
-                MaskOutcome::Blocked(why) => {
-                    let mut v = verdict.clone();
-                    v.decision = Decision::Deny;
-                    v.reason = format!("masking failed ({why}); blocked");
-                    Err(v)
-                }
+                MaskOutcome::Masked(_) => Ok(Bytes::from(msg.to_string())),
+                MaskOutcome::Blocked(why) => Err(blocked(&why)),
             }
         };
         let (outgoing, server_id) = match verdict.decision {
             Decision::Deny => {
-                report(None);
+                self.report_decision(decision_id, input, &verdict, decided_in, size_hint, None);
                 return json_response(
                     StatusCode::OK,
                     &policy_error(&id, &verdict, Some(decision_id)),
                 );
             }
-            Decision::Mask => match masked(&verdict, &mut msg) {
-                Ok(()) => (Bytes::from(msg.to_string()), None),
+            Decision::Mask => match masked(&verdict) {
+                Ok(outgoing) => (outgoing, None),
                 Err(v) => {
-                    report(None);
+                    self.report_decision(decision_id, input, &verdict, decided_in, size_hint, None);
                     return json_response(
                         StatusCode::OK,
                         &policy_error(&id, &v, Some(decision_id)),
@@ -387,8 +513,8 @@ impl RouteService {
                 if approved {
                     (bytes, server_id)
                 } else if verdict.hitl_fallback == Some(HitlFallback::Mask) {
-                    match masked(&verdict, &mut msg) {
-                        Ok(()) => (Bytes::from(msg.to_string()), server_id),
+                    match masked(&verdict) {
+                        Ok(outgoing) => (outgoing, server_id),
                         Err(v) => {
                             return json_response(
                                 StatusCode::OK,
@@ -414,7 +540,14 @@ impl RouteService {
             None => self.forward(parts, full(outgoing), Some(decision_id)).await,
         };
         if server_id.is_none() {
-            report(execution);
+            self.report_decision(
+                decision_id,
+                input,
+                &verdict,
+                decided_in,
+                size_hint,
+                execution,
+            );
         }
         self.filter_response(resp, id, filter).await
     }
@@ -448,16 +581,13 @@ impl RouteService {
         }
         let (mut parts, body) = resp.into_parts();
         let raw = collect_limited(body, MAX_RESULT_BYTES).await;
-        let mut msg = raw
-            .as_ref()
-            .and_then(|b| serde_json::from_slice::<Value>(b).ok());
-        let changed = msg
-            .as_mut()
-            .is_some_and(|m| filter_message(&filter, m, &governor, &agent_id, route, &metrics));
-        let out = match (msg, raw) {
-            (Some(m), _) if changed => Bytes::from(m.to_string()),
-            // Unchanged: the upstream's own bytes, not a re-serialization.
-            (Some(_), Some(raw)) => raw,
+        let readable = raw.as_deref().map(has_result);
+        let out = match (readable, raw) {
+            // An error answer, or something that is not a response.
+            (Some(Ok(false)), Some(raw)) => raw,
+            (Some(Ok(true)), Some(raw)) => {
+                judge_result(&filter, &id, raw, &governor, &agent_id, route, &metrics)
+            }
             (_, raw) => {
                 // A result the sidecar cannot read is not passed as if judged:
                 // denied when enforcing, passed as it came when observing.
@@ -532,15 +662,54 @@ impl RouteService {
 mod tests {
     use super::*;
 
+    fn call(params: &str) -> Result<(String, Value), String> {
+        let raw: &RawValue = serde_json::from_str(params).unwrap();
+        tool_call(&Params::of(Some(raw)))
+    }
+
     #[test]
     fn tool_calls_need_a_name_and_object_arguments() {
-        let ok = json!({"method": "tools/call", "params": {"name": "x", "arguments": {"a": 1}}});
-        assert_eq!(tool_call(&ok).unwrap(), ("x".to_owned(), json!({"a": 1})));
-        let bare = json!({"method": "tools/call", "params": {"name": "x"}});
-        assert_eq!(tool_call(&bare).unwrap().1, json!({}));
-        assert!(tool_call(&json!({"method": "tools/call", "params": {}})).is_err());
-        let list = json!({"method": "tools/call", "params": {"name": "x", "arguments": [1]}});
-        assert!(tool_call(&list).is_err());
+        let ok = call(r#"{"name": "x", "arguments": {"a": 1}}"#);
+        assert_eq!(ok.unwrap(), ("x".to_owned(), json!({"a": 1})));
+        assert_eq!(call(r#"{"name": "x"}"#).unwrap().1, json!({}));
+        assert_eq!(
+            call(r#"{"name": "x", "arguments": null}"#).unwrap().1,
+            json!({})
+        );
+        assert!(call("{}").is_err());
+        assert!(call(r#"{"name": 7}"#).is_err());
+        assert!(call(r#"{"name": "x", "arguments": [1]}"#).is_err());
+        // Params that are not an object name nothing (a derived struct
+        // would read an array positionally).
+        assert!(call(r#"["x", null, {"a": 1}]"#).is_err());
+    }
+
+    #[test]
+    fn the_envelope_refuses_repeated_members() {
+        // A message whose method appears twice is read differently by
+        // different parsers: it is not judged as either.
+        let twice = br#"{"jsonrpc":"2.0","id":1,"method":"tools/list","method":"tools/call"}"#;
+        assert!(serde_json::from_slice::<Envelope<'_>>(twice).is_err());
+        let escaped = br#"{"id":"a","method":"tools\/call","params":{"name":"x"}}"#;
+        let msg = serde_json::from_slice::<Envelope<'_>>(escaped).unwrap();
+        assert_eq!(msg.method.as_deref(), Some("tools/call"));
+        assert_eq!(value_of(msg.id), json!("a"));
+    }
+
+    #[test]
+    fn a_result_is_found_without_building_the_message() {
+        assert_eq!(
+            has_result(br#"{"jsonrpc":"2.0","id":1,"result":{"content":[]}}"#),
+            Ok(true)
+        );
+        assert_eq!(
+            has_result(br#"{"jsonrpc":"2.0","id":1,"error":{"code":1}}"#),
+            Ok(false)
+        );
+        assert_eq!(has_result(br#"{"id":1,"result":null}"#), Ok(false));
+        assert_eq!(has_result(br#"[{"result":{}}]"#), Ok(false));
+        assert_eq!(has_result(br#" {"result": {"#), Err(()));
+        assert_eq!(has_result(b"not json"), Err(()));
     }
 
     #[test]
