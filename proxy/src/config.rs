@@ -31,9 +31,9 @@ pub const DEFAULT_KEY_ENV: &str = "WARDEN_AGENT_KEY";
 pub struct RawConfig {
     /// The agent this sidecar governs.
     pub agent_id: Option<String>,
-    /// Runtime worker threads (default: one per CPU). One worker avoids
-    /// cross-thread wake-ups: lower latency per call, less throughput
-    /// under many concurrent calls (README, Performance).
+    /// Serving threads (default: one per CPU the process may use). Each
+    /// has its own single-threaded runtime and upstream pool and serves
+    /// whole connections, handed out in turn (README, Performance).
     pub workers: Option<usize>,
     pub control_plane: Option<RawControlPlane>,
     pub admin: Option<RawAdmin>,
@@ -176,7 +176,7 @@ impl RawConfig {
 #[derive(Clone)]
 pub struct Config {
     pub agent_id: String,
-    /// `None`: one per CPU.
+    /// Serving threads; `None`: one per CPU the process may use.
     pub workers: Option<usize>,
     /// Without a trailing slash.
     pub control_plane: String,

@@ -97,11 +97,10 @@ fn main() -> ExitCode {
         }
     };
     let result = loaded.and_then(|config| {
-        let mut runtime = tokio::runtime::Builder::new_multi_thread();
-        if let Some(n) = config.workers {
-            runtime.worker_threads(n);
-        }
-        let rt = runtime
+        // This thread runs the background work (bundle, mode stream,
+        // telemetry), the admin listener and the accept loops; `serve`
+        // starts the `workers` threads that serve the agent's requests.
+        let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .context("cannot start the runtime")?;

@@ -8,12 +8,14 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::Context;
+use futures_util::FutureExt;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::graceful::GracefulShutdown;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 
 use warden_engine::model::AgentMode;
 
@@ -90,35 +92,44 @@ pub async fn serve(
     // The system's roots, read once: the upstream client trusts them, and
     // the forward proxy's CA bundle carries them for the agent.
     let system_roots = rustls_native_certs::load_native_certs().certs;
-    let upstream = upstream_client(
-        &system_roots,
-        config
-            .forward
-            .as_ref()
-            .and_then(|f| f.upstream_ca_file.as_deref()),
-    )?;
-    let graceful = Arc::new(GracefulShutdown::new());
+    let extra_ca = config
+        .forward
+        .as_ref()
+        .and_then(|f| f.upstream_ca_file.clone());
+    let ca = match &config.forward {
+        Some(forward) => Some(Arc::new(crate::forward::ca::Ca::load_or_generate(
+            &forward.ca_dir,
+            &system_roots,
+        )?)),
+        None => None,
+    };
+    let shared = Shared {
+        agent_id: config.agent_id.clone(),
+        max_body_bytes: config.max_body_bytes,
+        governor: governor.clone(),
+        control: control.clone(),
+        telemetry: telemetry.clone(),
+        metrics: metrics.clone(),
+    };
+
+    // The serving threads: each has its own runtime, upstream pool and copy
+    // of every route's service, so that a connection's request, its upstream
+    // call and its response all run on one thread.
+    let count = config.workers.unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    });
+    let mut workers = Workers::default();
+    for i in 0..count {
+        let upstream = upstream_client(&system_roots, extra_ca.as_deref())?;
+        let handlers = handlers(&config, &shared, &upstream, ca.as_ref());
+        workers.start(i, handlers)?;
+    }
+    let workers = Arc::new(workers);
+
     let mut accepts = tokio::task::JoinSet::new();
     let mut route_listeners = listeners.routes.into_iter();
-    let mut governed_hosts = Vec::new();
-    for route in &config.routes {
-        let service = Arc::new(RouteService {
-            route: route.clone(),
-            route_label: Metrics::intern(&route.name),
-            agent_id: config.agent_id.clone(),
-            max_body_bytes: config.max_body_bytes,
-            governor: governor.clone(),
-            control: control.clone(),
-            telemetry: telemetry.clone(),
-            metrics: metrics.clone(),
-            upstream: upstream.clone(),
-        });
-        for host in &route.hosts {
-            governed_hosts.push((host.clone(), service.clone()));
-        }
-        if route.listen.is_none() {
-            continue;
-        }
+    let mut index = 0;
+    for route in config.routes.iter().filter(|r| r.listen.is_some()) {
         let Some(listener) = route_listeners.next() else {
             anyhow::bail!("no listener bound for route {}", route.name);
         };
@@ -127,28 +138,13 @@ pub async fn serve(
             .as_ref()
             .map(ToString::to_string)
             .unwrap_or_default();
-        tracing::info!(route = %route.name, listen = %listener.local_addr()?, %upstream, "route listening");
-        let handler = move |req: Request<Incoming>| service.clone().handle(req);
-        accepts.spawn(accept_loop(
-            listener,
-            handler,
-            Some(graceful.clone()),
-            stop.clone(),
-        ));
+        tracing::info!(route = %route.name, listen = %listener.local_addr()?, %upstream, workers = count, "route listening");
+        accepts.spawn(dispatch(listener, index, workers.clone(), stop.clone()));
+        index += 1;
     }
     if let (Some(forward), Some(listener)) = (&config.forward, listeners.forward) {
-        let ca = Arc::new(crate::forward::ca::Ca::load_or_generate(
-            &forward.ca_dir,
-            &system_roots,
-        )?);
-        let proxy = Arc::new(crate::forward::ForwardProxy::new(
-            governed_hosts,
-            ca,
-            upstream.clone(),
-        ));
         tracing::info!(listen = %listener.local_addr()?, ca_dir = %forward.ca_dir.display(), "forward proxy listening");
-        let handler = move |req: Request<Incoming>| proxy.clone().handle(req);
-        accepts.spawn(accept_loop(listener, handler, None, stop.clone()));
+        accepts.spawn(dispatch(listener, index, workers.clone(), stop.clone()));
     }
     let admin = Admin {
         governor: governor.clone(),
@@ -157,13 +153,14 @@ pub async fn serve(
     };
     tracing::info!(listen = %listeners.admin.local_addr()?, "admin listening");
     let admin = Arc::new(admin);
+    let graceful = Arc::new(GracefulShutdown::new());
     accepts.spawn(accept_loop(
         listeners.admin,
         move |req: Request<Incoming>| {
             let admin = admin.clone();
             async move { Ok::<_, Infallible>(admin.answer(&req)) }
         },
-        Some(graceful.clone()),
+        graceful.clone(),
         stop.clone(),
     ));
 
@@ -171,18 +168,209 @@ pub async fn serve(
     tracing::info!("shutting down: draining in-flight requests");
     let _ = stop_tx.send(true);
     while accepts.join_next().await.is_some() {}
+    // Every dispatcher has ended: this is the last handle, and dropping it
+    // tells each worker to drain its connections and stop.
+    if let Ok(workers) = Arc::try_unwrap(workers) {
+        let _ = tokio::task::spawn_blocking(move || workers.join()).await;
+    }
     // Every accept loop has ended, so this is the last handle.
     if let Ok(graceful) = Arc::try_unwrap(graceful)
         && tokio::time::timeout(DRAIN, graceful.shutdown())
             .await
             .is_err()
     {
-        tracing::warn!("shutdown: some requests did not finish in time");
+        tracing::warn!("shutdown: some admin requests did not finish in time");
     }
     tasks.abort_all();
     let _ = flusher.await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// What every worker's services share.
+struct Shared {
+    agent_id: String,
+    max_body_bytes: usize,
+    governor: Arc<Governor>,
+    control: ControlPlane,
+    telemetry: Arc<TelemetryQueue>,
+    metrics: Arc<Metrics>,
+}
+
+/// What serves the connections of one listener.
+#[derive(Clone)]
+enum Handler {
+    Route(Arc<RouteService>),
+    /// The forward proxy: its connections may upgrade (on `CONNECT`) into
+    /// long-lived tunnels, so shutdown does not wait for them.
+    Forward(Arc<crate::forward::ForwardProxy>),
+}
+
+impl Handler {
+    async fn handle(self, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+        match self {
+            Handler::Route(service) => service.handle(req).await,
+            Handler::Forward(proxy) => proxy.handle(req).await,
+        }
+    }
+}
+
+/// One worker's handlers, in the listeners' order: the routes that listen,
+/// then the forward proxy.
+fn handlers(
+    config: &Config,
+    shared: &Shared,
+    upstream: &crate::service::Upstream,
+    ca: Option<&Arc<crate::forward::ca::Ca>>,
+) -> Vec<Handler> {
+    let mut handlers = Vec::new();
+    let mut governed_hosts = Vec::new();
+    for route in &config.routes {
+        let service = Arc::new(RouteService {
+            route: route.clone(),
+            route_label: Metrics::intern(&route.name),
+            agent_id: shared.agent_id.clone(),
+            max_body_bytes: shared.max_body_bytes,
+            governor: shared.governor.clone(),
+            control: shared.control.clone(),
+            telemetry: shared.telemetry.clone(),
+            metrics: shared.metrics.clone(),
+            upstream: upstream.clone(),
+        });
+        for host in &route.hosts {
+            governed_hosts.push((host.clone(), service.clone()));
+        }
+        if route.listen.is_some() {
+            handlers.push(Handler::Route(service));
+        }
+    }
+    if let Some(ca) = ca {
+        handlers.push(Handler::Forward(Arc::new(
+            crate::forward::ForwardProxy::new(governed_hosts, ca.clone(), upstream.clone()),
+        )));
+    }
+    handlers
+}
+
+/// A connection for a worker: its listener's index and the socket.
+type Accepted = (usize, std::net::TcpStream);
+
+/// The serving threads, and the channels that hand them connections.
+#[derive(Default)]
+struct Workers {
+    inboxes: Vec<tokio::sync::mpsc::UnboundedSender<Accepted>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+    next: std::sync::atomic::AtomicUsize,
+}
+
+impl Workers {
+    /// Starts worker `i`: a thread running a single-threaded runtime.
+    fn start(&mut self, i: usize, handlers: Vec<Handler>) -> anyhow::Result<()> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("cannot start a worker's runtime")?;
+        let (inbox, conns) = tokio::sync::mpsc::unbounded_channel();
+        let thread = std::thread::Builder::new()
+            .name(format!("warden-worker-{i}"))
+            .spawn(move || runtime.block_on(work(handlers, conns)))
+            .context("cannot start a worker thread")?;
+        self.inboxes.push(inbox);
+        self.threads.push(thread);
+        Ok(())
+    }
+
+    /// Hands a connection to the next worker in turn (an even spread: the
+    /// kernel would give a burst of new connections to whichever thread
+    /// woke first).
+    fn give(&self, mut conn: Accepted) {
+        let n = self.inboxes.len();
+        let first = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        for k in 0..n {
+            match self.inboxes[(first + k) % n].send(conn) {
+                Ok(()) => return,
+                // That worker has stopped: try the next one.
+                Err(tokio::sync::mpsc::error::SendError(back)) => conn = back,
+            }
+        }
+        tracing::warn!("no worker left to serve a connection");
+    }
+
+    /// Closes the inboxes and waits for every worker to drain.
+    fn join(self) {
+        drop(self.inboxes);
+        for thread in self.threads {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// A worker: serves each connection it is given until its inbox closes,
+/// then waits (at most [`DRAIN`]) for the requests in flight.
+async fn work(handlers: Vec<Handler>, mut conns: tokio::sync::mpsc::UnboundedReceiver<Accepted>) {
+    let graceful = GracefulShutdown::new();
+    while let Some((index, stream)) = conns.recv().await {
+        let (Some(handler), Ok(stream)) = (handlers.get(index), TcpStream::from_std(stream)) else {
+            continue;
+        };
+        let forward = matches!(handler, Handler::Forward(_));
+        let handler = handler.clone();
+        let conn = hyper::server::conn::http1::Builder::new().serve_connection(
+            TokioIo::new(stream),
+            service_fn(move |req| handler.clone().handle(req)),
+        );
+        let served = if forward {
+            conn.with_upgrades().boxed()
+        } else {
+            graceful.watch(conn).boxed()
+        };
+        tokio::spawn(async move {
+            if let Err(e) = served.await {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+        });
+    }
+    if tokio::time::timeout(DRAIN, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("shutdown: some requests did not finish in time");
+    }
+}
+
+/// The next connection, or `None` once `stop` changes.
+async fn accept_next(
+    listener: &TcpListener,
+    stop: &mut tokio::sync::watch::Receiver<bool>,
+) -> Option<TcpStream> {
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => return Some(stream),
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            _ = stop.changed() => return None,
+        }
+    }
+}
+
+/// Accepts connections on a listener until `stop`, handing each to a worker.
+async fn dispatch(
+    listener: TcpListener,
+    index: usize,
+    workers: Arc<Workers>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    while let Some(stream) = accept_next(&listener, &mut stop).await {
+        let _ = stream.set_nodelay(true);
+        match stream.into_std() {
+            Ok(stream) => workers.give((index, stream)),
+            Err(e) => tracing::warn!(error = %e, "cannot hand a connection to a worker"),
+        }
+    }
 }
 
 /// The upstream pool: plain HTTP, and HTTPS verified against the system
@@ -230,41 +418,23 @@ fn upstream_client(
     )
 }
 
-/// Accepts connections until `stop`, serving each with `handler`. With
-/// `graceful`, shutdown waits for the connections' requests; without it
-/// (the forward proxy, whose connections may upgrade on `CONNECT` into
-/// long-lived tunnels), shutdown only stops accepting.
+/// Accepts the admin listener's connections until `stop`, serving each with
+/// `handler` on this runtime; shutdown waits for their requests.
 async fn accept_loop<F, Fut>(
     listener: TcpListener,
     handler: F,
-    graceful: Option<Arc<GracefulShutdown>>,
+    graceful: Arc<GracefulShutdown>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) where
     F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Result<Response<Body>, Infallible>> + Send + 'static,
 {
-    loop {
-        let stream = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            _ = stop.changed() => return,
-        };
-        let _ = stream.set_nodelay(true);
+    while let Some(stream) = accept_next(&listener, &mut stop).await {
         let conn = hyper::server::conn::http1::Builder::new()
             .serve_connection(TokioIo::new(stream), service_fn(handler.clone()));
-        let graceful = graceful.clone();
+        let watched = graceful.watch(conn);
         tokio::spawn(async move {
-            let result = match graceful {
-                Some(g) => g.watch(conn).await,
-                None => conn.with_upgrades().await,
-            };
-            if let Err(e) = result {
+            if let Err(e) = watched.await {
                 tracing::debug!(error = %e, "connection ended with an error");
             }
         });
