@@ -95,6 +95,16 @@ impl std::fmt::Debug for ControlPlane {
     }
 }
 
+/// `X-RateLimit-Remaining` (spec §8): what is left of the key's window.
+fn rate_remaining(resp: &reqwest::Response) -> Option<u64> {
+    resp.headers()
+        .get("x-ratelimit-remaining")?
+        .to_str()
+        .ok()?
+        .parse()
+        .ok()
+}
+
 async fn refused(resp: reqwest::Response) -> ControlError {
     let status = resp.status().as_u16();
     let code = resp
@@ -175,22 +185,30 @@ impl ControlPlane {
     }
 
     /// `POST /allow/telemetry` with one batch (1-100 items).
-    pub async fn telemetry(&self, items: &[TelemetryItem]) -> Result<(), ControlError> {
+    /// `items` serializes as the array of items. What is left of the key's
+    /// rate budget, when the answer says.
+    pub async fn telemetry(&self, items: &impl Serialize) -> Result<Option<u64>, ControlError> {
+        /// The body, serialized straight from the items (no `Value` tree).
+        #[derive(Serialize)]
+        struct Batch<'a, T: Serialize> {
+            decisions: &'a T,
+        }
         let resp = self
             .post("/allow/telemetry")
             .timeout(Duration::from_secs(10))
-            .json(&serde_json::json!({ "decisions": items }))
+            .json(&Batch { decisions: items })
             .send()
             .await?;
         if resp.status().is_success() {
-            Ok(())
+            Ok(rate_remaining(&resp))
         } else {
             Err(refused(resp).await)
         }
     }
 
     /// `POST /allow/execution-events`. A second report (409) counts as done.
-    pub async fn execution(&self, event: &ExecutionEvent) -> Result<(), ControlError> {
+    /// What is left of the key's rate budget, when the answer says.
+    pub async fn execution(&self, event: &ExecutionEvent) -> Result<Option<u64>, ControlError> {
         let resp = self
             .post("/allow/execution-events")
             .timeout(Duration::from_secs(10))
@@ -198,7 +216,7 @@ impl ControlPlane {
             .send()
             .await?;
         match resp.status().as_u16() {
-            200 | 409 => Ok(()),
+            200 | 409 => Ok(rate_remaining(&resp)),
             _ => Err(refused(resp).await),
         }
     }

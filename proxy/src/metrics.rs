@@ -28,6 +28,7 @@ pub struct Metrics {
     bundle_age: Gauge<i64, AtomicI64>,
     queue_depth: Gauge<i64, AtomicI64>,
     dropped: Counter,
+    executions_skipped: Counter,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -52,6 +53,7 @@ impl Metrics {
         let bundle_age = Gauge::<i64, AtomicI64>::default();
         let queue_depth = Gauge::<i64, AtomicI64>::default();
         let dropped = Counter::default();
+        let executions_skipped = Counter::default();
         registry.register(
             "decisions",
             "Decisions by route and outcome",
@@ -77,6 +79,11 @@ impl Metrics {
             "Decisions dropped from a full telemetry queue (oldest first)",
             dropped.clone(),
         );
+        registry.register(
+            "execution_events_skipped",
+            "Execution outcomes not sent, to keep the key's rate budget for decisions",
+            executions_skipped.clone(),
+        );
         Metrics {
             registry,
             decisions,
@@ -84,6 +91,7 @@ impl Metrics {
             bundle_age,
             queue_depth,
             dropped,
+            executions_skipped,
         }
     }
 
@@ -109,6 +117,10 @@ impl Metrics {
 
     pub fn dropped(&self, n: u64) {
         self.dropped.inc_by(n);
+    }
+
+    pub fn executions_skipped(&self, n: u64) {
+        self.executions_skipped.inc_by(n);
     }
 
     /// The text exposition, with the gauges read at scrape time.

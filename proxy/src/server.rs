@@ -82,10 +82,12 @@ pub async fn serve(
             .clone()
             .run_mode_stream(control.clone(), stop.clone()),
     );
+    // The flusher stops last, once no request can queue a report.
+    let (flush_stop_tx, flush_stop) = tokio::sync::watch::channel(false);
     let flusher = tokio::spawn(telemetry.clone().run(
         control.clone(),
         config.telemetry_flush,
-        stop.clone(),
+        flush_stop,
         DRAIN,
     ));
 
@@ -182,6 +184,7 @@ pub async fn serve(
         tracing::warn!("shutdown: some admin requests did not finish in time");
     }
     tasks.abort_all();
+    let _ = flush_stop_tx.send(true);
     let _ = flusher.await;
     tracing::info!("stopped");
     Ok(())

@@ -21,6 +21,20 @@ use crate::metrics::Metrics;
 /// The most items one `POST /allow/telemetry` carries (spec 4.2).
 pub const BATCH: usize = 100;
 
+/// Requests of the key's rate window (spec §8: 600 per 60 s) that execution
+/// outcomes leave to the decisions' batches, the bundle pulls and the
+/// approval polls.
+pub const RATE_RESERVE: u64 = 100;
+
+/// A batch's items, serialized in place (the reports are not cloned).
+struct Items<'a>(&'a [Report]);
+
+impl serde::Serialize for Items<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.iter().map(|r| &r.item))
+    }
+}
+
 /// A decision to report, with the upstream's outcome when it was forwarded.
 #[derive(Debug, Clone)]
 pub struct Report {
@@ -97,17 +111,35 @@ impl TelemetryQueue {
         if batch.is_empty() {
             return true;
         }
-        let items: Vec<TelemetryItem> = batch.iter().map(|r| r.item.clone()).collect();
-        if let Err(e) = control.telemetry(&items).await {
-            tracing::warn!(error = %e, items = items.len(), "telemetry not delivered; will retry");
-            self.put_back(batch);
-            return false;
-        }
-        for event in batch.iter().filter_map(|r| r.execution.as_ref()) {
-            if let Err(e) = control.execution(event).await {
-                // The decision is stored; only its outcome is lost.
-                tracing::warn!(error = %e, "execution event not delivered");
+        let mut left = match control.telemetry(&Items(&batch)).await {
+            Ok(left) => left,
+            Err(e) => {
+                tracing::warn!(error = %e, items = batch.len(), "telemetry not delivered; will retry");
+                self.put_back(batch);
+                return false;
             }
+        };
+        // Each outcome is a request of its own, under the same key as the
+        // decisions: it is sent only while the key's window keeps a reserve
+        // for the decisions that follow.
+        let mut skipped = 0_u64;
+        for event in batch.iter().filter_map(|r| r.execution.as_ref()) {
+            if left.is_some_and(|n| n <= RATE_RESERVE) {
+                skipped += 1;
+                continue;
+            }
+            match control.execution(event).await {
+                Ok(now) => left = now.or(left),
+                // The decision is stored; only its outcome is lost.
+                Err(e) => tracing::warn!(error = %e, "execution event not delivered"),
+            }
+        }
+        if skipped > 0 {
+            self.metrics.executions_skipped(skipped);
+            tracing::warn!(
+                skipped,
+                "execution outcomes not sent: the key's rate budget is kept for decisions"
+            );
         }
         true
     }

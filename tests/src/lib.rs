@@ -114,7 +114,25 @@ impl Process {
         }
     }
 
-    /// Sends SIGTERM-like termination (kill) and waits.
+    /// Sends SIGTERM and waits (at most `deadline`) for the process to exit
+    /// on its own: whether it did, successfully.
+    pub fn terminate(&mut self, deadline: Duration) -> bool {
+        let pid = self.child.id().to_string();
+        let sent = Command::new("kill").args(["-TERM", &pid]).status();
+        if !sent.is_ok_and(|s| s.success()) {
+            return false;
+        }
+        let end = Instant::now() + deadline;
+        while Instant::now() < end {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status.success();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    /// Kills the process (SIGKILL) and waits.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -139,12 +157,19 @@ pub struct ControlPlane {
     /// A management key with every permission.
     pub admin: String,
     pub http: reqwest::Client,
-    _dir: TempDir,
+    dir: TempDir,
 }
 
 impl ControlPlane {
     pub fn start() -> ControlPlane {
+        ControlPlane::start_with("")
+    }
+
+    /// Starts it with `config` (TOML, such as `rate_limit_requests = 10`).
+    pub fn start_with(config: &str) -> ControlPlane {
         let dir = TempDir::new();
+        let config_path = dir.0.join("config.toml");
+        std::fs::write(&config_path, config).expect("config written");
         let db = format!("sqlite://{}", dir.0.join("warden.db").display());
         let bin = bin_dir().join("warden-control-plane");
         let out = Command::new(&bin)
@@ -167,20 +192,22 @@ impl ControlPlane {
             String::from_utf8_lossy(&out.stderr)
         );
         let admin = String::from_utf8(out.stdout).unwrap().trim().to_owned();
-        let (process, addr) = ControlPlane::serve(&db, "127.0.0.1:0");
+        let (process, addr) = ControlPlane::serve(&db, "127.0.0.1:0", &config_path);
         ControlPlane {
             process,
             base: format!("http://{addr}"),
             db,
             admin,
             http: reqwest::Client::new(),
-            _dir: dir,
+            dir,
         }
     }
 
-    fn serve(db: &str, listen: &str) -> (Process, String) {
+    fn serve(db: &str, listen: &str, config: &Path) -> (Process, String) {
         let mut cmd = Command::new(bin_dir().join("warden-control-plane"));
         cmd.args(["serve", "--listen", listen])
+            .arg("--config")
+            .arg(config)
             .env("WARDEN_DATABASE_URL", db);
         let process = Process::spawn(cmd);
         let addr = process.wait_for("`listening on` line", |line| {
@@ -200,7 +227,8 @@ impl ControlPlane {
     pub fn restart(&mut self) {
         self.process.kill();
         let listen = self.base.trim_start_matches("http://").to_owned();
-        let (process, _) = ControlPlane::serve(&self.db, &listen);
+        let config = self.dir.0.join("config.toml");
+        let (process, _) = ControlPlane::serve(&self.db, &listen, &config);
         self.process = process;
     }
 
@@ -344,8 +372,11 @@ pub struct Received {
     pub body: String,
 }
 
+/// How long the tool API takes to answer a path under `/slow/`.
+pub const SLOW_CALL: Duration = Duration::from_millis(1500);
+
 /// A small HTTP tool API on 127.0.0.1:0 that records every request and
-/// answers `{"ok": true, "path": …}`.
+/// answers `{"ok": true, "path": …}` (after [`SLOW_CALL`] under `/slow/`).
 pub struct ToolApi {
     pub base: String,
     pub received: Arc<Mutex<Vec<Received>>>,
@@ -369,6 +400,11 @@ impl ToolApi {
                     query: parts.uri.query().map(str::to_owned),
                     body: String::from_utf8_lossy(&bytes).into_owned(),
                 });
+                if parts.uri.path().starts_with("/slow/") {
+                    // Recorded, then answered late: a call still in flight
+                    // when a test stops the sidecar.
+                    tokio::time::sleep(SLOW_CALL).await;
+                }
                 axum::Json(json!({"ok": true, "path": parts.uri.path()}))
             }
         });

@@ -10,3 +10,4 @@ mod injector;
 mod mcp;
 mod outage;
 mod quickstart;
+mod reporting;
