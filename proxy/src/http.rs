@@ -227,11 +227,7 @@ impl RouteService {
         };
         let decided_in = started.elapsed();
         self.metrics.added(decided_in);
-        self.metrics.decision(
-            self.route_label,
-            verdict.decision.as_str(),
-            verdict.enforced,
-        );
+        self.decisions.count(verdict.decision, verdict.enforced);
 
         // Apply.
         let applied = match (verdict.decision, &judged, &forwardable) {
@@ -308,11 +304,7 @@ impl RouteService {
                 .governor
                 .decide_unjudgeable(Facet::Retrieval, "a response that is not readable JSON"),
         };
-        self.metrics.decision(
-            self.route_label,
-            verdict.decision.as_str(),
-            verdict.enforced,
-        );
+        self.decisions.count(verdict.decision, verdict.enforced);
         let withheld = |v: &Verdict| {
             envelope(
                 StatusCode::FORBIDDEN,

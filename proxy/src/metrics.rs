@@ -10,6 +10,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+use warden_engine::model::Decision;
 
 /// Borrowed labels: counting a decision allocates nothing (route names are
 /// interned once, at start, by [`Metrics::intern`]).
@@ -18,6 +19,22 @@ struct DecisionLabels {
     route: &'static str,
     decision: &'static str,
     enforced: &'static str,
+}
+
+/// A route's decision counters (each outcome, enforced or not): counting is
+/// one atomic add, with no label set hashed per decision. Every series
+/// exists from the start, at zero.
+#[derive(Debug, Clone)]
+pub struct RouteDecisions([Counter; 2 * Decision::ALL.len()]);
+
+impl RouteDecisions {
+    pub fn count(&self, decision: Decision, enforced: bool) {
+        let i = Decision::ALL
+            .iter()
+            .position(|d| *d == decision)
+            .unwrap_or_default();
+        self.0[2 * i + usize::from(enforced)].inc();
+    }
 }
 
 /// The sidecar's metrics and their registry.
@@ -97,18 +114,22 @@ impl Metrics {
 
     /// A route name as a label: the routes are fixed for the process's
     /// life, so each name is leaked once instead of copied per decision.
-    pub fn intern(name: &str) -> &'static str {
+    fn intern(name: &str) -> &'static str {
         Box::leak(name.to_owned().into_boxed_str())
     }
 
-    pub fn decision(&self, route: &'static str, decision: &'static str, enforced: bool) {
-        self.decisions
-            .get_or_create(&DecisionLabels {
-                route,
-                decision,
-                enforced: if enforced { "true" } else { "false" },
-            })
-            .inc();
+    /// One route's decision counters, every outcome resolved once.
+    pub fn route_decisions(&self, route: &str) -> RouteDecisions {
+        let route = Metrics::intern(route);
+        RouteDecisions(std::array::from_fn(|i| {
+            self.decisions
+                .get_or_create(&DecisionLabels {
+                    route,
+                    decision: Decision::ALL[i / 2].as_str(),
+                    enforced: if i % 2 == 1 { "true" } else { "false" },
+                })
+                .clone()
+        }))
     }
 
     pub fn added(&self, d: Duration) {

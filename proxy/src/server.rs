@@ -231,7 +231,7 @@ fn handlers(
     for route in &config.routes {
         let service = Arc::new(RouteService {
             route: route.clone(),
-            route_label: Metrics::intern(&route.name),
+            decisions: shared.metrics.route_decisions(&route.name),
             agent_id: shared.agent_id.clone(),
             max_body_bytes: shared.max_body_bytes,
             governor: shared.governor.clone(),

@@ -20,7 +20,7 @@ use warden_engine::model::ActionInput;
 use crate::config::{Kind, Route};
 use crate::control::{ControlPlane, ExecutionEvent, TelemetryItem};
 use crate::governor::Governor;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, RouteDecisions};
 use crate::telemetry::{Report, TelemetryQueue};
 
 /// Bodies both ways: buffered (judged) or streamed (passed through).
@@ -53,8 +53,8 @@ const MAX_TELEMETRY_CONTEXT: usize = 32 * 1024;
 #[derive(Debug)]
 pub struct RouteService {
     pub route: Route,
-    /// The route's name as a metrics label ([`Metrics::intern`]).
-    pub route_label: &'static str,
+    /// The route's decision counters.
+    pub decisions: RouteDecisions,
     pub agent_id: String,
     pub max_body_bytes: usize,
     pub governor: Arc<Governor>,

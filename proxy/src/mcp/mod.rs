@@ -28,7 +28,7 @@ use warden_engine::model::{
 
 use crate::config::Unmatched;
 use crate::governor::Governor;
-use crate::metrics::Metrics;
+use crate::metrics::RouteDecisions;
 use crate::service::{Body, BoxError, MAX_RESULT_BYTES, RouteService, collect_limited, full};
 
 /// Why a message that is not a JSON-RPC object cannot be judged.
@@ -60,8 +60,9 @@ enum Filter {
     /// The result is content the agent is about to read (the input is
     /// built once: an SSE response may carry several candidate events).
     Retrieval(RetrievalInput),
-    /// Hide the tools the bundle denies outright.
-    ToolsList,
+    /// Hide the tools the bundle denies outright on this server (the
+    /// route's name, the tools' `target_app`).
+    ToolsList(String),
 }
 
 /// What the adapter routes a JSON-RPC message on, borrowed from the body:
@@ -179,14 +180,13 @@ fn filter_message(
     msg: &mut Value,
     governor: &Governor,
     agent_id: &str,
-    route: &'static str,
-    metrics: &Metrics,
+    counts: &RouteDecisions,
 ) -> bool {
     if msg.get("result").is_none() {
         return false;
     }
     match filter {
-        Filter::ToolsList => {
+        Filter::ToolsList(server) => {
             let Some(tools) = msg["result"]["tools"].as_array_mut() else {
                 return false;
             };
@@ -197,7 +197,7 @@ fn filter_message(
                 };
                 let v = governor.decide_action(&ActionInput {
                     agent_id: agent_id.to_owned(),
-                    target_app: route.to_owned(),
+                    target_app: server.clone(),
                     action: name.to_owned(),
                     context: json!({}),
                 });
@@ -206,7 +206,7 @@ fn filter_message(
             tools.len() != before
         }
         Filter::Retrieval(input) => {
-            let verdict = decide_result(governor, input, route, metrics);
+            let verdict = decide_result(governor, input, counts);
             apply_retrieval(&verdict, msg)
         }
     }
@@ -220,13 +220,12 @@ fn judge_result(
     raw: Bytes,
     governor: &Governor,
     agent_id: &str,
-    route: &'static str,
-    metrics: &Metrics,
+    counts: &RouteDecisions,
 ) -> Bytes {
     let parse = || serde_json::from_slice::<Value>(&raw);
     match filter {
         Filter::Retrieval(input) => {
-            let verdict = decide_result(governor, input, route, metrics);
+            let verdict = decide_result(governor, input, counts);
             if !rewrites(&verdict) {
                 // The verdict did not read the content: nothing is built.
                 return raw;
@@ -240,9 +239,9 @@ fn judge_result(
                 Err(_) => Bytes::from(policy_error(id, &verdict, None).to_string()),
             }
         }
-        Filter::ToolsList => {
+        Filter::ToolsList(_) => {
             let Ok(mut msg) = parse() else { return raw };
-            if filter_message(filter, &mut msg, governor, agent_id, route, metrics) {
+            if filter_message(filter, &mut msg, governor, agent_id, counts) {
                 Bytes::from(msg.to_string())
             } else {
                 raw
@@ -253,14 +252,9 @@ fn judge_result(
 
 /// Decides a result: the verdict depends on where it came from (server,
 /// tool or resource), never on its content, which only a rewrite reads.
-fn decide_result(
-    governor: &Governor,
-    input: &RetrievalInput,
-    route: &'static str,
-    metrics: &Metrics,
-) -> Verdict {
+fn decide_result(governor: &Governor, input: &RetrievalInput, counts: &RouteDecisions) -> Verdict {
     let verdict = governor.decide_retrieval(input);
-    metrics.decision(route, verdict.decision.as_str(), verdict.enforced);
+    counts.count(verdict.decision, verdict.enforced);
     if verdict.decision == Decision::Escalate {
         tracing::info!(rule_code = ?verdict.rule_code, "retrieval escalated; passed as the rule's fallback says");
     }
@@ -418,7 +412,7 @@ impl RouteService {
                 "prompt",
                 json!({"server": server, "prompt": value_of(params.name), "arguments": value_of(params.arguments)}),
             ),
-            Some("tools/list") => Some(Filter::ToolsList),
+            Some("tools/list") => Some(Filter::ToolsList(server.clone())),
             // Notifications, plumbing, and the client's answers to the server.
             None => None,
             Some(m) if m.starts_with("notifications/") || PLUMBING.contains(&m) => None,
@@ -468,11 +462,7 @@ impl RouteService {
         let verdict = self.governor.decide_action(&input);
         let decided_in = started.elapsed();
         self.metrics.added(decided_in);
-        self.metrics.decision(
-            self.route_label,
-            verdict.decision.as_str(),
-            verdict.enforced,
-        );
+        self.decisions.count(verdict.decision, verdict.enforced);
         let decision_id = uuid::Uuid::now_v7();
         // The call with its arguments masked, re-serialized (the only
         // path that builds the whole message).
@@ -566,13 +556,13 @@ impl RouteService {
             .and_then(|v| v.to_str().ok())
             .unwrap_or_default()
             .to_ascii_lowercase();
-        let (governor, metrics) = (self.governor.clone(), self.metrics.clone());
-        let (agent_id, route) = (self.agent_id.clone(), self.route_label);
+        let (governor, counts) = (self.governor.clone(), self.decisions.clone());
+        let agent_id = self.agent_id.clone();
         if content_type.starts_with("text/event-stream") {
             let (parts, body) = resp.into_parts();
             let body = crate::sse::rewrite_stream(body, move |msg: &mut Value| {
                 msg.get("id") == Some(&id)
-                    && filter_message(&filter, msg, &governor, &agent_id, route, &metrics)
+                    && filter_message(&filter, msg, &governor, &agent_id, &counts)
             });
             return Response::from_parts(parts, body);
         }
@@ -586,7 +576,7 @@ impl RouteService {
             // An error answer, or something that is not a response.
             (Some(Ok(false)), Some(raw)) => raw,
             (Some(Ok(true)), Some(raw)) => {
-                judge_result(&filter, &id, raw, &governor, &agent_id, route, &metrics)
+                judge_result(&filter, &id, raw, &governor, &agent_id, &counts)
             }
             (_, raw) => {
                 // A result the sidecar cannot read is not passed as if judged:
@@ -594,8 +584,7 @@ impl RouteService {
                 let v = self
                     .governor
                     .decide_unjudgeable(Facet::Retrieval, "an unreadable MCP result");
-                self.metrics
-                    .decision(self.route_label, v.decision.as_str(), v.enforced);
+                self.decisions.count(v.decision, v.enforced);
                 match (v.decision, raw) {
                     (Decision::Deny, _) => Bytes::from(policy_error(&id, &v, None).to_string()),
                     (_, Some(raw)) => raw,
@@ -625,8 +614,7 @@ impl RouteService {
         bytes: Bytes,
     ) -> Response<Body> {
         let v = self.governor.decide_unjudgeable(Facet::Action, why);
-        self.metrics
-            .decision(self.route_label, v.decision.as_str(), v.enforced);
+        self.decisions.count(v.decision, v.enforced);
         if v.decision == Decision::Deny {
             return json_response(StatusCode::OK, &policy_error(id, &v, None));
         }
