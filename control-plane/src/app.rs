@@ -77,9 +77,11 @@ impl AppState {
             }
             None => (Arc::new(MemoryLimiter::new(config.rate_limit)), None),
         };
+        let metrics = Arc::new(Metrics::new());
         let sink = Arc::new(crate::sink::DecisionSink::start(
             store.clone(),
             Arc::new(crate::record::LogRecorder),
+            metrics.clone(),
         ));
         let (modes, _) = tokio::sync::broadcast::channel(1024);
         // Replicas sharing PostgreSQL hear each other's changes.
@@ -89,7 +91,7 @@ impl AppState {
             store,
             limiter,
             redis,
-            metrics: Arc::new(Metrics::new()),
+            metrics,
             config: Arc::new(config),
             policies: Arc::default(),
             sink,

@@ -51,6 +51,7 @@ pub struct Metrics {
     requests: Family<RequestLabels, Counter>,
     latency: Family<RouteLabels, Histogram>,
     admissions: Family<AdmissionLabels, Counter>,
+    batch_rows: Histogram,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -90,11 +91,19 @@ impl Metrics {
              (injected, skipped, refused, malformed)",
             admissions.clone(),
         );
+        // 1 to 256 rows (the sink's largest batch).
+        let batch_rows = Histogram::new(exponential_buckets(1.0, 2.0, 9));
+        registry.register(
+            "decision_batch_rows",
+            "Decisions stored together in one commit (group commit)",
+            batch_rows.clone(),
+        );
         Metrics {
             registry,
             requests,
             latency,
             admissions,
+            batch_rows,
         }
     }
 
@@ -103,6 +112,11 @@ impl Metrics {
         self.admissions
             .get_or_create(&AdmissionLabels { scope, outcome })
             .inc();
+    }
+
+    /// Records the size of one group commit.
+    pub fn batch(&self, rows: usize) {
+        self.batch_rows.observe(rows as f64);
     }
 
     /// Counts one request; `method` comes from [`method_label`], `route` is

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::ApiError;
+use crate::metrics::Metrics;
 use crate::notify::Notifier;
 use crate::record::Recorder;
 use crate::store::{ActionDecision, DecisionBatch, HitlItem, RetrievalDecision, Store, StoreError};
@@ -39,6 +40,7 @@ struct Writer {
     store: Arc<dyn Store>,
     recorder: Arc<dyn Recorder>,
     notifier: Notifier,
+    metrics: Arc<Metrics>,
 }
 
 /// The decision sink of a server.
@@ -54,13 +56,18 @@ impl std::fmt::Debug for DecisionSink {
 
 impl DecisionSink {
     /// Starts the writer task for `store`.
-    pub fn start(store: Arc<dyn Store>, recorder: Arc<dyn Recorder>) -> DecisionSink {
+    pub fn start(
+        store: Arc<dyn Store>,
+        recorder: Arc<dyn Recorder>,
+        metrics: Arc<Metrics>,
+    ) -> DecisionSink {
         let (queue, rx) = mpsc::channel(MAX_BATCH * 16);
         let notifier = Notifier::new(store.clone());
         let writer = Writer {
             store,
             recorder,
             notifier,
+            metrics,
         };
         tokio::spawn(write_loop(writer, rx));
         DecisionSink { queue }
@@ -103,6 +110,7 @@ async fn write_loop(writer: Writer, mut rx: mpsc::Receiver<Job>) {
                 Err(_) => break,
             }
         }
+        writer.metrics.batch(jobs.len());
         // A panic fails this batch's requests (their answers are dropped),
         // never the writer: later decisions must still be stored.
         let batch = std::panic::AssertUnwindSafe(writer.write_batch(jobs));

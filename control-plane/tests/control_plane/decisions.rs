@@ -209,7 +209,7 @@ async fn one_bad_row_fails_alone(backend: Backend) {
     .await
     .unwrap();
 
-    let sink = DecisionSink::start(s.clone(), Arc::new(LogRecorder));
+    let sink = DecisionSink::start(s.clone(), Arc::new(LogRecorder), Arc::default());
     let fresh: Vec<ActionDecision> = (0..16).map(|_| bare_action(org)).collect();
     // Submitted together, so that they queue into the same batches as the
     // replayed id.

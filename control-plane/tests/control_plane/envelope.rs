@@ -7,7 +7,7 @@ use serde_json::Value;
 use warden_control_plane::config::RawConfig;
 use warden_control_plane::routes::route_table;
 
-use super::support::{Backend, TestServer, assert_envelope, both_backends, json};
+use super::support::{Backend, TestServer, assert_envelope, both_backends, json, send};
 
 async fn error_paths_use_the_envelope(backend: Backend) {
     let srv = TestServer::start_with(
@@ -103,6 +103,26 @@ async fn ops_endpoints(backend: Backend) {
     }
     let metrics = metrics_text(&srv).await;
     assert!(metrics.contains("method=\"other\""), "{metrics}");
+    // Group commits are counted by size: two decisions, one after the
+    // other, are two commits of one row.
+    assert!(
+        metrics.contains("warden_decision_batch_rows_count 0"),
+        "{metrics}"
+    );
+    for action in ["read_contact", "update_contact"] {
+        let body = serde_json::json!({"agent_id": "ops", "target_app": "crm", "action": action});
+        let (s, _) = send(&srv, Method::POST, "/allow/evaluate", &admin, Some(body)).await;
+        assert_eq!(s, 200);
+    }
+    let metrics = metrics_text(&srv).await;
+    assert!(
+        metrics.contains("warden_decision_batch_rows_count 2"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("warden_decision_batch_rows_sum 2.0"),
+        "{metrics}"
+    );
     assert!(
         !metrics.contains("BREW") && !metrics.contains("WHEN"),
         "{metrics}"
