@@ -100,8 +100,19 @@ impl DecisionSink {
     }
 }
 
+/// How many times the writer lets the scheduler run other tasks before it
+/// drains the queue. Under load, the requests already being served on this
+/// worker queue their decisions meanwhile, and the commit takes them too.
+/// Measured under `scripts/load-evaluate` on SQLite: about 8 → 20 rows a
+/// commit, and about 10% less CPU, 40% fewer context switches and a third
+/// of the p99 per request. With nothing else to run, a yield returns at once.
+const GATHER_YIELDS: usize = 2;
+
 async fn write_loop(writer: Writer, mut rx: mpsc::Receiver<Job>) {
     while let Some(first) = rx.recv().await {
+        for _ in 0..GATHER_YIELDS {
+            tokio::task::yield_now().await;
+        }
         // What queued while the last batch committed goes into this one.
         let mut jobs = vec![first];
         while jobs.len() < MAX_BATCH {
