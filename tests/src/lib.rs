@@ -434,7 +434,17 @@ impl Drop for ToolApi {
 }
 
 /// Polls `probe` every 50 ms until it holds or `deadline` passes.
-pub async fn eventually(deadline: Duration, mut probe: impl AsyncFnMut() -> bool) -> bool {
+pub async fn eventually(deadline: Duration, probe: impl AsyncFnMut() -> bool) -> bool {
+    eventually_every(deadline, Duration::from_millis(50), probe).await
+}
+
+/// Polls `probe` every `interval` until it holds or `deadline` passes (a
+/// slower poll for a probe that spends a small rate window).
+pub async fn eventually_every(
+    deadline: Duration,
+    interval: Duration,
+    mut probe: impl AsyncFnMut() -> bool,
+) -> bool {
     let start = Instant::now();
     loop {
         if probe().await {
@@ -443,7 +453,7 @@ pub async fn eventually(deadline: Duration, mut probe: impl AsyncFnMut() -> bool
         if start.elapsed() > deadline {
             return false;
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(interval).await;
     }
 }
 

@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use reqwest::Method;
-use warden_tests::{ControlPlane, SLOW_CALL, Sidecar, ToolApi, eventually};
+use warden_tests::{ControlPlane, SLOW_CALL, Sidecar, ToolApi, eventually, eventually_every};
 
 fn config(control_plane: &str, upstream: &str, flush_ms: u64) -> String {
     format!(
@@ -98,13 +98,15 @@ async fn execution_outcomes_never_starve_the_decisions() {
     }
     // Polled once a second: the admin key has the same small window.
     let mut arrived = 0;
-    for _ in 0..30 {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        arrived = total(&cp).await;
-        if arrived == CALLS {
-            break;
-        }
-    }
+    eventually_every(
+        Duration::from_secs(30),
+        Duration::from_secs(1),
+        async || {
+            arrived = total(&cp).await;
+            arrived == CALLS
+        },
+    )
+    .await;
     assert_eq!(
         arrived,
         CALLS,
