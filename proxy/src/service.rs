@@ -170,12 +170,7 @@ impl RouteService {
                 None,
             );
         };
-        let uri = match (&named, self.route.kind, parts.uri.query()) {
-            // An MCP route's upstream is its endpoint: the target as configured.
-            (None, Kind::Mcp, None) if base.query().is_none() => Ok(base.clone()),
-            _ => upstream_target(&base, named.is_some(), self.route.kind, &parts.uri),
-        };
-        let Ok(uri) = uri else {
+        let Ok(uri) = upstream_target(&base, named.is_some(), self.route.kind, &parts.uri) else {
             return (
                 envelope(
                     StatusCode::BAD_REQUEST,
@@ -311,6 +306,10 @@ impl RouteService {
 /// upstream is its endpoint (with the request's query, if any). Built from
 /// parts: only a path that must be joined is written out and parsed.
 fn upstream_target(base: &Uri, named: bool, kind: Kind, request: &Uri) -> Result<Uri, ()> {
+    if !named && kind == Kind::Mcp && request.query().is_none() && base.query().is_none() {
+        // The endpoint as configured: a clone, nothing to build.
+        return Ok(base.clone());
+    }
     let request_pq = || {
         request
             .path_and_query()
@@ -361,4 +360,38 @@ pub(crate) async fn collect_limited(mut body: Body, limit: usize) -> Option<Byte
         }
     }
     Some(buf.freeze())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(base: &str, named: bool, kind: Kind, request: &str) -> String {
+        let (base, request) = (base.parse().unwrap(), request.parse().unwrap());
+        upstream_target(&base, named, kind, &request)
+            .unwrap()
+            .to_string()
+    }
+
+    #[test]
+    fn upstream_targets_follow_the_route_kind() {
+        let mcp = "http://10.0.0.1:7100/mcp";
+        assert_eq!(target(mcp, false, Kind::Mcp, "/anything"), mcp);
+        assert_eq!(
+            target(mcp, false, Kind::Mcp, "/x?session=1"),
+            "http://10.0.0.1:7100/mcp?session=1"
+        );
+        assert_eq!(
+            target("http://api:7000", false, Kind::Http, "/v1/charges?a=1"),
+            "http://api:7000/v1/charges?a=1"
+        );
+        assert_eq!(
+            target("http://api:7000/base/", false, Kind::Http, "/v1/charges"),
+            "http://api:7000/base/v1/charges"
+        );
+        assert_eq!(
+            target("https://api.example.com", true, Kind::Http, "/v1/x?q=2"),
+            "https://api.example.com/v1/x?q=2"
+        );
+    }
 }
