@@ -24,6 +24,9 @@ const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
 pub struct Notifier {
     store: Arc<dyn Store>,
     http: reqwest::Client,
+    /// Deliveries run here, on the server's runtime, whatever thread
+    /// announces them (the decision sink has its own).
+    runtime: tokio::runtime::Handle,
 }
 
 impl std::fmt::Debug for Notifier {
@@ -33,20 +36,28 @@ impl std::fmt::Debug for Notifier {
 }
 
 impl Notifier {
+    /// A notifier delivering on the current runtime.
+    ///
+    /// # Panics
+    /// Outside a tokio runtime.
     pub fn new(store: Arc<dyn Store>) -> Notifier {
         let http = reqwest::Client::builder()
             .timeout(ATTEMPT_TIMEOUT)
             .user_agent(concat!("warden-control-plane/", env!("CARGO_PKG_VERSION")))
             .build()
             .unwrap_or_default();
-        Notifier { store, http }
+        Notifier {
+            store,
+            http,
+            runtime: tokio::runtime::Handle::current(),
+        }
     }
 
     /// Announces `item` on every channel of its organization, in the
     /// background. Returns at once.
     pub fn announce(&self, item: HitlItem) {
         let this = self.clone();
-        tokio::spawn(async move { this.deliver(item).await });
+        self.runtime.spawn(async move { this.deliver(item).await });
     }
 
     async fn deliver(&self, item: HitlItem) {

@@ -1,15 +1,19 @@
 //! Where decisions go once made: stored durably, then recorded.
 //!
 //! Writes are group-committed: concurrent decisions queue for the writer,
-//! which stores everything waiting (up to [`MAX_BATCH`]) in one
-//! transaction, records each stored decision, then answers each request.
-//! While the store's writer is busy, the queue grows into the next batch.
-//! (One commit at a time on both backends: SQLite has one writer anyway, and
+//! which commits everything waiting (up to [`MAX_BATCH`]) in one
+//! transaction; once the commit is durable (its [`Flush`] resolved), each
+//! stored decision is recorded and each request answered. While the store
+//! commits and flushes, the queue grows into the next batch. A decision's
+//! response is sent only after its row is on stable storage; batching only
+//! amortizes the commit and the flush. The rows move from the request into
+//! the batch and are never copied.
+//!
+//! One commit at a time on both backends: SQLite has one writer anyway, and
 //! on PostgreSQL, where each batch is one statement, overlapping commits
-//! measured slower: smaller batches, more commits, more of the database's
-//! CPU on the same cores.) A decision's response is sent only after its
-//! row is committed; batching only amortizes the commit. The rows move
-//! from the request into the batch and are never copied.
+//! measured slower (smaller batches, more commits, more of the database's
+//! CPU on the same cores). On SQLite the next batch commits while this one's
+//! flush runs (see [`write_loop`]).
 
 use std::sync::Arc;
 
@@ -19,7 +23,7 @@ use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::notify::Notifier;
 use crate::record::Recorder;
-use crate::store::{ActionDecision, DecisionBatch, HitlItem, RetrievalDecision, Store, StoreError};
+use crate::store::{ActionDecision, DecisionBatch, Flush, HitlItem, RetrievalDecision, Store};
 
 /// Most decisions one commit carries.
 pub const MAX_BATCH: usize = 256;
@@ -55,7 +59,12 @@ impl std::fmt::Debug for DecisionSink {
 }
 
 impl DecisionSink {
-    /// Starts the writer task for `store`.
+    /// Starts the writer for `store`, on a thread of its own (see
+    /// [`write_loop`]). Called on the server's runtime: approval
+    /// notifications are delivered there.
+    ///
+    /// # Panics
+    /// Outside a tokio runtime, or if the thread cannot start.
     pub fn start(
         store: Arc<dyn Store>,
         recorder: Arc<dyn Recorder>,
@@ -69,7 +78,14 @@ impl DecisionSink {
             notifier,
             metrics,
         };
-        tokio::spawn(write_loop(writer, rx));
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("the decision sink's runtime starts");
+        std::thread::Builder::new()
+            .name("decision-sink".into())
+            .spawn(move || runtime.block_on(write_loop(writer, rx)))
+            .expect("the decision sink's thread starts");
         DecisionSink { queue }
     }
 
@@ -100,25 +116,30 @@ impl DecisionSink {
     }
 }
 
-/// How many times the writer lets the scheduler run other tasks before it
-/// drains the queue, when the last commit had company (more than one row):
-/// the requests already being served on this worker queue their decisions
-/// meanwhile, and the commit takes them too. Measured under
-/// `scripts/load-evaluate` on SQLite: about 8 → 20 rows a commit, about 10%
-/// less CPU, 40% fewer context switches and a third of the p99 per request.
-/// A lone caller (one-row commits) is not made to wait: unconditional
-/// yields cost it about 15 µs of p50 at one connection.
-const GATHER_YIELDS: usize = 2;
-
+/// Gathers decisions into batches and commits them, one at a time, until
+/// the sink is dropped; then waits until every committed batch is answered.
+///
+/// It runs on a thread of its own (a single-threaded runtime, with the
+/// answer loop): on the server's runtime, the writer's turn came after every
+/// request task queued on its worker, and under load that wait, not the
+/// disk, set the pace of commits.
+///
+/// The commits and the flushes form a two-stage pipeline. Batch k+1
+/// commits while batch k's flush runs; batch k+2 waits until batch k is
+/// released (the channel to the answer loop holds one batch, the answer loop
+/// another). So the flusher always has the next commit waiting when it
+/// finishes, and each commit takes everything that queued during one flush,
+/// as large a batch as the disk's latency allows.
 async fn write_loop(writer: Writer, mut rx: mpsc::Receiver<Job>) {
-    let mut last_rows = 1;
+    let writer = Arc::new(writer);
+    let (committed, flushes) = mpsc::channel(1);
+    let answers = tokio::spawn(answer_loop(writer.clone(), flushes));
     while let Some(first) = rx.recv().await {
-        if last_rows > 1 {
-            for _ in 0..GATHER_YIELDS {
-                tokio::task::yield_now().await;
-            }
-        }
-        // What queued while the last batch committed goes into this one.
+        // Room for one committed batch behind the one being flushed: wait
+        // for it before gathering, so what queues meanwhile joins this batch.
+        let Ok(room) = committed.reserve().await else {
+            break;
+        };
         let mut jobs = vec![first];
         while jobs.len() < MAX_BATCH {
             match rx.try_recv() {
@@ -126,15 +147,64 @@ async fn write_loop(writer: Writer, mut rx: mpsc::Receiver<Job>) {
                 Err(_) => break,
             }
         }
-        last_rows = jobs.len();
-        writer.metrics.batch(last_rows);
+        writer.metrics.batch(jobs.len());
         // A panic fails this batch's requests (their answers are dropped),
         // never the writer: later decisions must still be stored.
-        let batch = std::panic::AssertUnwindSafe(writer.write_batch(jobs));
-        if futures_util::FutureExt::catch_unwind(batch).await.is_err() {
-            tracing::error!("the decision writer panicked on a batch; its requests failed");
+        let batch = std::panic::AssertUnwindSafe(writer.commit_batch(jobs));
+        match futures_util::FutureExt::catch_unwind(batch).await {
+            Ok(tried) => {
+                let mut tried = tried.into_iter();
+                if let Some(c) = tried.next() {
+                    room.send(c);
+                }
+                // The one-by-one fallback's further commits.
+                for c in tried {
+                    // The answer loop ends only after this loop.
+                    let _ = committed.send(c).await;
+                }
+            }
+            Err(_) => {
+                tracing::error!("the decision writer panicked on a batch; its requests failed")
+            }
         }
     }
+    drop(committed);
+    let _ = answers.await;
+}
+
+/// Answers committed batches in commit order, each once its flush resolved:
+/// records its decisions, then tells its requests.
+async fn answer_loop(writer: Arc<Writer>, mut flushes: mpsc::Receiver<Committed>) {
+    while let Some(Committed {
+        batch,
+        flush,
+        waiting,
+    }) = flushes.recv().await
+    {
+        let outcome = match flush {
+            Ok(flush) => flush.wait().await.map_err(|e| e.to_string()),
+            Err(e) => Err(e),
+        };
+        if outcome.is_ok() {
+            let record = std::panic::AssertUnwindSafe(|| writer.stored(batch));
+            if std::panic::catch_unwind(record).is_err() {
+                tracing::error!("recording a stored batch panicked");
+            }
+        }
+        for done in waiting {
+            let _ = done.send(outcome.clone());
+        }
+    }
+}
+
+type Done = oneshot::Sender<Result<(), String>>;
+
+/// A batch whose commit was tried: its requests are answered once the
+/// commit is durable (or at once, with the commit's error).
+struct Committed {
+    batch: DecisionBatch,
+    flush: Result<Flush, String>,
+    waiting: Vec<Done>,
 }
 
 /// Where a job's row sits in its batch: an action (with or without a gate)
@@ -145,13 +215,13 @@ enum Slot {
     Retrieval,
 }
 
-type Done = oneshot::Sender<Result<(), String>>;
-
 impl Writer {
-    /// Commits `jobs` together, records them, and answers each.
-    async fn write_batch(&self, jobs: Vec<Job>) {
+    /// Commits `jobs` together; if that fails and there are several, one by
+    /// one, so that one bad row does not fail its neighbours.
+    async fn commit_batch(&self, jobs: Vec<Job>) -> Vec<Committed> {
         let mut batch = DecisionBatch::default();
-        let mut waiting: Vec<(Slot, Done)> = Vec::with_capacity(jobs.len());
+        let mut slots = Vec::with_capacity(jobs.len());
+        let mut waiting = Vec::with_capacity(jobs.len());
         for Job { row, done } in jobs {
             let slot = match row {
                 Row::Action(pair) => {
@@ -166,27 +236,26 @@ impl Writer {
                     Slot::Retrieval
                 }
             };
-            waiting.push((slot, done));
+            slots.push(slot);
+            waiting.push(done);
         }
-        let (batch, outcome) = self.commit(batch).await;
-        match outcome {
-            Ok(()) => {
-                self.stored(batch);
-                for (_, done) in waiting {
-                    let _ = done.send(Ok(()));
-                }
-            }
-            // One bad row must not fail its neighbours: write them one by one.
-            Err(_) if waiting.len() > 1 => self.write_one_by_one(batch, waiting).await,
-            Err(e) => {
-                for (_, done) in waiting {
-                    let _ = done.send(Err(e.to_string()));
-                }
-            }
+        let (batch, flush) = self.commit(batch).await;
+        if flush.is_err() && waiting.len() > 1 {
+            return self.commit_one_by_one(batch, slots, waiting).await;
         }
+        vec![Committed {
+            batch,
+            flush,
+            waiting,
+        }]
     }
 
-    async fn write_one_by_one(&self, batch: DecisionBatch, waiting: Vec<(Slot, Done)>) {
+    async fn commit_one_by_one(
+        &self,
+        batch: DecisionBatch,
+        slots: Vec<Slot>,
+        waiting: Vec<Done>,
+    ) -> Vec<Committed> {
         let DecisionBatch {
             actions,
             gates,
@@ -197,7 +266,8 @@ impl Writer {
             gates.into_iter(),
             retrievals.into_iter(),
         );
-        for (slot, done) in waiting {
+        let mut tried = Vec::with_capacity(waiting.len());
+        for (slot, done) in slots.into_iter().zip(waiting) {
             let mut one = DecisionBatch::default();
             match slot {
                 Slot::Action { gated } => {
@@ -208,25 +278,27 @@ impl Writer {
                 }
                 Slot::Retrieval => one.retrievals.extend(retrievals.next()),
             }
-            let (one, outcome) = self.commit(one).await;
-            if outcome.is_ok() {
-                self.stored(one);
-            }
-            let _ = done.send(outcome.map_err(|e| e.to_string()));
+            let (batch, flush) = self.commit(one).await;
+            tried.push(Committed {
+                batch,
+                flush,
+                waiting: vec![done],
+            });
         }
+        tried
     }
 
-    /// Stores `batch`, and gives it back for recording.
-    async fn commit(&self, batch: DecisionBatch) -> (DecisionBatch, Result<(), StoreError>) {
+    /// Commits `batch`, and gives it back for recording.
+    async fn commit(&self, batch: DecisionBatch) -> (DecisionBatch, Result<Flush, String>) {
         let batch = Arc::new(batch);
-        let outcome = self.store.insert_decisions(batch.clone()).await;
+        let flush = self.store.commit_decisions(batch.clone()).await;
         // The store holds no copy once it answered; the clone is a fallback
         // for a backend that kept one.
         let batch = Arc::try_unwrap(batch).unwrap_or_else(|shared| (*shared).clone());
-        (batch, outcome)
+        (batch, flush.map_err(|e| e.to_string()))
     }
 
-    /// Records the decisions of a committed batch; approvers hear of each
+    /// Records the decisions of a durable batch; approvers hear of each
     /// gate once it is stored.
     fn stored(&self, batch: DecisionBatch) {
         for d in &batch.actions {

@@ -3,10 +3,11 @@
 //! audit-log filters that read them back.
 
 use chrono::{DateTime, Utc};
+use tokio::sync::oneshot;
 use uuid::Uuid;
 use warden_engine::model::{AgentMode, Decision, ReasonCode};
 
-use super::OrgId;
+use super::{OrgId, StoreError, StoreResult};
 
 /// An action (or delegation) decision as persisted (spec 2.5). `context`
 /// is already masked: the raw original is never stored.
@@ -98,6 +99,39 @@ pub struct DecisionBatch {
     pub actions: Vec<ActionDecision>,
     pub gates: Vec<HitlItem>,
     pub retrievals: Vec<RetrievalDecision>,
+}
+
+/// A committed batch's way to stable storage. A backend whose commit is
+/// flushed before it returns (PostgreSQL with `synchronous_commit` on) gives
+/// [`Flush::done`]. SQLite's decision writer commits without waiting for the
+/// disk and flushes its log on another thread, so that the next batch
+/// commits while this one's flush runs; its flush resolves once the log is
+/// on stable storage. Until then the batch is committed (readers may see
+/// it) but not durable, and nobody may be told it is stored.
+#[derive(Debug)]
+#[must_use = "a commit is durable only once its flush resolves"]
+pub struct Flush(Option<oneshot::Receiver<StoreResult<()>>>);
+
+impl Flush {
+    /// The commit is already on stable storage.
+    pub fn done() -> Flush {
+        Flush(None)
+    }
+
+    /// The commit is durable when `flushed` answers `Ok`.
+    pub(super) fn pending(flushed: oneshot::Receiver<StoreResult<()>>) -> Flush {
+        Flush(Some(flushed))
+    }
+
+    /// Waits until the commit is on stable storage.
+    pub async fn wait(self) -> StoreResult<()> {
+        match self.0 {
+            None => Ok(()),
+            Some(flushed) => flushed
+                .await
+                .map_err(|_| StoreError::Writer("the log flusher stopped".into()))?,
+        }
+    }
 }
 
 /// Filters of the audit-log reads (spec 4.2, 4.3); `None` matches all.

@@ -28,7 +28,9 @@ use warden_engine::model::{
 
 use crate::auth::{Audience, Environment, Permission, Scope};
 
-pub use decisions::{ActionDecision, AuditFilter, DecisionBatch, HitlItem, RetrievalDecision};
+pub use decisions::{
+    ActionDecision, AuditFilter, DecisionBatch, Flush, HitlItem, RetrievalDecision,
+};
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
 
@@ -517,10 +519,18 @@ pub trait Store: Send + Sync + 'static {
         item: &HitlItem,
     ) -> StoreResult<()>;
 
-    /// Stores a batch of decisions, and the approval gates of some, in one
-    /// transaction (the group commit of the decision sink). The batch is
-    /// shared so that a backend may hand it to its own writer thread.
-    async fn insert_decisions(&self, batch: Arc<DecisionBatch>) -> StoreResult<()>;
+    /// Commits a batch of decisions, and the approval gates of some, in one
+    /// transaction (the group commit of the decision sink). `Ok` means
+    /// committed; the batch is durable once the returned [`Flush`] resolves.
+    /// The batch is shared so that a backend may hand it to its own writer
+    /// thread, which lets go of it before answering.
+    async fn commit_decisions(&self, batch: Arc<DecisionBatch>) -> StoreResult<Flush>;
+
+    /// Commits a batch (see [`Store::commit_decisions`]) and waits until it
+    /// is durable.
+    async fn insert_decisions(&self, batch: Arc<DecisionBatch>) -> StoreResult<()> {
+        self.commit_decisions(batch).await?.wait().await
+    }
 
     /// Inserts a queue item; with a `dedupe_key` already present, returns
     /// `false` and inserts nothing.

@@ -9,6 +9,12 @@ use sqlx::postgres::{PgPool, PgPoolOptions};
 #[derive(Debug, Clone)]
 pub struct PostgresStore {
     pool: PgPool,
+    /// The decision sink's own connections, opened on first use: their
+    /// sockets then belong to the sink thread's runtime, which waits for
+    /// nothing else. On the server's runtime, busy workers poll for I/O
+    /// only every few dozen tasks, and the answer to each commit waited
+    /// there (measured: a 56-row commit took 2.2 ms, its WAL flush 0.4 ms).
+    decisions: PgPool,
     cache: Arc<super::cache::ReadCache>,
 }
 
@@ -23,8 +29,13 @@ impl PostgresStore {
             .await
             .map_err(super::statements::map_err)?;
         sqlx::migrate!("migrations/postgres").run(&pool).await?;
+        let decisions = PgPoolOptions::new()
+            .max_connections(2)
+            .acquire_timeout(Duration::from_secs(5))
+            .connect_lazy_with(pool.connect_options().as_ref().clone());
         Ok(PostgresStore {
             pool,
+            decisions,
             // Idle until `listen` hears other replicas' writes.
             cache: Arc::new(super::cache::ReadCache::new(false)),
         })
@@ -224,8 +235,14 @@ async fn insert_batch(pool: &PgPool, b: &super::DecisionBatch) -> StoreResult<()
 }
 
 super::sql::store_impl!(PostgresStore, sqlx::Postgres, {
-    async fn insert_decisions(&self, batch: Arc<super::DecisionBatch>) -> StoreResult<()> {
-        insert_batch(&self.pool, &batch).await
+    /// The commit returns once its WAL is flushed (`synchronous_commit`
+    /// stays on), so the batch is durable when it answers.
+    async fn commit_decisions(
+        &self,
+        batch: Arc<super::DecisionBatch>,
+    ) -> StoreResult<super::Flush> {
+        insert_batch(&self.decisions, &batch).await?;
+        Ok(super::Flush::done())
     }
 
     async fn announce_mode(&self, event: &super::ModeEvent) -> StoreResult<bool> {

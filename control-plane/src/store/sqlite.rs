@@ -31,9 +31,12 @@ impl SqliteStore {
             .map_err(super::statements::map_err)?
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
-            // WAL with NORMAL is durable across application crashes and
-            // consistent across power loss (the last commits may roll back).
-            .synchronous(SqliteSynchronous::Normal)
+            // WAL with FULL: each commit of this pool (rules, keys, agents,
+            // settings, telemetry, approvals) is flushed to the disk before
+            // it returns, so whatever the API answered as stored survives a
+            // power loss. Decisions take the writer's pipelined flush
+            // instead (see `sqlite_writer`).
+            .synchronous(SqliteSynchronous::Full)
             .foreign_keys(true)
             // No memory map (SQLite's default). With one, transactions that
             // found the file grown unmapped and remapped it (munmap, TLB
@@ -74,7 +77,10 @@ impl SqliteStore {
 super::statements::statements!(sqlx::Sqlite);
 
 super::sql::store_impl!(SqliteStore, sqlx::Sqlite, {
-    async fn insert_decisions(&self, batch: Arc<super::DecisionBatch>) -> StoreResult<()> {
+    async fn commit_decisions(
+        &self,
+        batch: Arc<super::DecisionBatch>,
+    ) -> StoreResult<super::Flush> {
         self.decisions.write(batch).await
     }
 });

@@ -239,9 +239,25 @@ async fn in_memory_sqlite_is_refused_with_the_fix() {
     }
 }
 
-// Guards the background checkpointer: no connection checkpoints by itself
-// (`wal_autocheckpoint=0`), so without it stored decisions would stay in the
-// WAL until the last connection closed, and the WAL would grow without bound.
+/// A batch of `rows` action decisions, each with a note of about `len`
+/// bytes in its context.
+fn notes(org: OrgId, rows: usize, len: usize) -> Arc<DecisionBatch> {
+    let actions = (0..rows)
+        .map(|i| ActionDecision {
+            context: json!({"note": format!("{i}: {}", "x".repeat(len))}),
+            ..bare_action(org)
+        })
+        .collect();
+    Arc::new(DecisionBatch {
+        actions,
+        ..DecisionBatch::default()
+    })
+}
+
+// Guards the decision writer's checkpoints: no connection checkpoints by
+// itself (`wal_autocheckpoint=0`), so without them stored decisions would
+// stay in the WAL until the last connection closed; an idle writer copies
+// what is left.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_decisions_reach_the_database_file_while_it_runs() {
     let db = TestDb::new(Backend::Sqlite).await;
@@ -249,18 +265,7 @@ async fn sqlite_decisions_reach_the_database_file_while_it_runs() {
     let org = s.ensure_org("acme", Utc::now()).await.unwrap().id;
     let file = std::path::PathBuf::from(db.url.trim_start_matches("sqlite://"));
     let before = std::fs::metadata(&file).unwrap().len();
-    let actions = (0..200)
-        .map(|i| ActionDecision {
-            context: json!({"note": format!("{i}: {}", "x".repeat(500))}),
-            ..bare_action(org)
-        })
-        .collect();
-    s.insert_decisions(Arc::new(DecisionBatch {
-        actions,
-        ..DecisionBatch::default()
-    }))
-    .await
-    .unwrap();
+    s.insert_decisions(notes(org, 200, 500)).await.unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
         let now = std::fs::metadata(&file).unwrap().len();
@@ -273,4 +278,42 @@ async fn sqlite_decisions_reach_the_database_file_while_it_runs() {
         );
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
+}
+
+// Guards the WAL's size under a writer that commits without pause: a
+// checkpointer on a thread of its own never caught up with the end of the
+// WAL, so SQLite never started it over, and the file grew by every frame
+// ever committed (~50 MB a second under load). The writer now checkpoints
+// between its own commits, and the WAL starts over from its beginning: the
+// checkpoint sequence number in the WAL's header counts the restarts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_wal_starts_over_while_decisions_commit_without_pause() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let s = store::open(&db.url).await.unwrap();
+    let org = s.ensure_org("acme", Utc::now()).await.unwrap().id;
+    let wal = std::path::PathBuf::from(format!("{}-wal", db.url.trim_start_matches("sqlite://")));
+    // The big-endian checkpoint sequence number, bytes 12-15 of the header.
+    let restarts = || {
+        use std::io::Read;
+        let mut header = [0u8; 16];
+        std::fs::File::open(&wal)
+            .and_then(|mut f| f.read_exact(&mut header))
+            .unwrap();
+        u32::from_be_bytes([header[12], header[13], header[14], header[15]])
+    };
+    let mut first = None;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    for commits in 0..100_000 {
+        s.insert_decisions(notes(org, 4, 300)).await.unwrap();
+        let now = restarts();
+        let first = *first.get_or_insert(now);
+        if now >= first + 2 {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the WAL never started over in {commits} back-to-back commits"
+        );
+    }
+    panic!("the WAL never started over in 100000 back-to-back commits");
 }
