@@ -123,6 +123,11 @@ impl Flush {
         Flush(Some(flushed))
     }
 
+    /// Whether the commit is already on stable storage.
+    pub fn is_done(&self) -> bool {
+        self.0.is_none()
+    }
+
     /// Waits until the commit is on stable storage.
     pub async fn wait(self) -> StoreResult<()> {
         match self.0 {
