@@ -1,7 +1,6 @@
 //! `POST /allow/evaluate`, `POST /recall/evaluate` and the unified
 //! `POST /evaluate` (spec 4.1-4.3).
 
-use axum::Json;
 use axum::extract::State;
 use chrono::Utc;
 use serde::{Deserialize, Serialize};
@@ -232,7 +231,7 @@ pub async fn allow(
     State(state): State<AppState>,
     caller: Caller,
     ApiJson(body): ApiJson<ActionEvaluation>,
-) -> Result<Json<ActionDecisionView>, ApiError> {
+) -> Result<ApiJson<ActionDecisionView>, ApiError> {
     let mut issues = Issues::default();
     let input = ActionInput {
         agent_id: required(body.agent_id, "agent_id", 255, &mut issues),
@@ -258,7 +257,7 @@ pub async fn allow(
     .await?;
     let mut view = action_view(&decided);
     view.operation = Some(operation.to_owned());
-    Ok(Json(view))
+    Ok(ApiJson(view))
 }
 
 /// `(trust_tier, surface, query)` length limits of a surface (spec §8).
@@ -317,7 +316,7 @@ pub async fn recall(
     State(state): State<AppState>,
     caller: Caller,
     ApiJson(body): ApiJson<RetrievalEvaluation>,
-) -> Result<Json<RetrievalDecisionView>, ApiError> {
+) -> Result<ApiJson<RetrievalDecisionView>, ApiError> {
     let mut issues = Issues::default();
     let input = retrieval_input(body, (50, 100, 2000), true, &mut issues);
     issues.into_result(DetailsShape::RawIssues)?;
@@ -341,7 +340,7 @@ pub async fn recall(
         now,
     )
     .await?;
-    Ok(Json(retrieval_view(&decided)))
+    Ok(ApiJson(retrieval_view(&decided)))
 }
 
 fn facet_result(facet: Facet, d: &Decided) -> FacetResult {
@@ -378,7 +377,7 @@ pub async fn unified(
     State(state): State<AppState>,
     caller: Caller,
     ApiJson(body): ApiJson<UnifiedEvaluation>,
-) -> Result<Json<UnifiedDecisionView>, ApiError> {
+) -> Result<ApiJson<UnifiedDecisionView>, ApiError> {
     let shape = DetailsShape::Flattened;
     let mut issues = Issues::default();
     let facets = match (&body.operations, &body.kind) {
@@ -492,7 +491,7 @@ pub async fn unified(
         .cloned()
         .ok_or_else(|| ApiError::Internal("no facet ran".into()))?;
     top.decision = combined.decision;
-    Ok(Json(UnifiedDecisionView {
+    Ok(ApiJson(UnifiedDecisionView {
         operations: facets.iter().map(|f| f.as_str().to_owned()).collect(),
         top,
         results: (results.len() > 1).then_some(results),
