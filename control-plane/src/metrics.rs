@@ -52,6 +52,8 @@ pub struct Metrics {
     latency: Family<RouteLabels, Histogram>,
     admissions: Family<AdmissionLabels, Counter>,
     batch_rows: Histogram,
+    commit_seconds: Histogram,
+    flush_seconds: Histogram,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -98,12 +100,27 @@ impl Metrics {
             "Decisions stored together in one commit (group commit)",
             batch_rows.clone(),
         );
+        // 50 µs to ~100 ms.
+        let commit_seconds = Histogram::new(exponential_buckets(0.000_05, 2.0, 12));
+        registry.register(
+            "decision_commit_seconds",
+            "Time to commit one group of decisions",
+            commit_seconds.clone(),
+        );
+        let flush_seconds = Histogram::new(exponential_buckets(0.000_05, 2.0, 12));
+        registry.register(
+            "decision_flush_seconds",
+            "Time a committed group waited for its log flush (SQLite; PostgreSQL's commit includes it)",
+            flush_seconds.clone(),
+        );
         Metrics {
             registry,
             requests,
             latency,
             admissions,
             batch_rows,
+            commit_seconds,
+            flush_seconds,
         }
     }
 
@@ -117,6 +134,16 @@ impl Metrics {
     /// Records the size of one group commit.
     pub fn batch(&self, rows: usize) {
         self.batch_rows.observe(rows as f64);
+    }
+
+    /// Records how long one group commit took.
+    pub fn commit(&self, elapsed: Duration) {
+        self.commit_seconds.observe(elapsed.as_secs_f64());
+    }
+
+    /// Records how long a committed group waited for its log flush.
+    pub fn flush(&self, elapsed: Duration) {
+        self.flush_seconds.observe(elapsed.as_secs_f64());
     }
 
     /// Counts one request; `method` comes from [`method_label`], `route` is

@@ -192,10 +192,14 @@ async fn answer_loop(
     }) = flushes.recv().await
     {
         let pending = flush.as_ref().is_ok_and(|f| !f.is_done());
+        let waited = std::time::Instant::now();
         let outcome = match flush {
             Ok(flush) => flush.wait().await.map_err(|e| e.to_string()),
             Err(e) => Err(e),
         };
+        if pending {
+            writer.metrics.flush(waited.elapsed());
+        }
         if outcome.is_ok() {
             let record = std::panic::AssertUnwindSafe(|| writer.stored(batch));
             if std::panic::catch_unwind(record).is_err() {
@@ -305,7 +309,9 @@ impl Writer {
     /// Commits `batch`, and gives it back for recording.
     async fn commit(&self, batch: DecisionBatch) -> (DecisionBatch, Result<Flush, String>) {
         let batch = Arc::new(batch);
+        let started = std::time::Instant::now();
         let flush = self.store.commit_decisions(batch.clone()).await;
+        self.metrics.commit(started.elapsed());
         // The store holds no copy once it answered; the clone is a fallback
         // for a backend that kept one.
         let batch = Arc::try_unwrap(batch).unwrap_or_else(|shared| (*shared).clone());

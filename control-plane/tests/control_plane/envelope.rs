@@ -124,6 +124,19 @@ async fn ops_endpoints(backend: Backend) {
         "{metrics}"
     );
     assert!(
+        metrics.contains("warden_decision_commit_seconds_count 2"),
+        "{metrics}"
+    );
+    // SQLite's commits wait for the flusher; PostgreSQL's include the flush.
+    let flushes = match backend {
+        Backend::Sqlite => 2,
+        Backend::Postgres => 0,
+    };
+    assert!(
+        metrics.contains(&format!("warden_decision_flush_seconds_count {flushes}")),
+        "{metrics}"
+    );
+    assert!(
         !metrics.contains("BREW") && !metrics.contains("WHEN"),
         "{metrics}"
     );
