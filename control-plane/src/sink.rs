@@ -12,8 +12,9 @@
 //! One commit at a time on both backends: SQLite has one writer anyway, and
 //! on PostgreSQL, where each batch is one statement, overlapping commits
 //! measured slower (smaller batches, more commits, more of the database's
-//! CPU on the same cores). On SQLite the next batch commits while this one's
-//! flush runs (see [`write_loop`]).
+//! CPU on the same cores). On SQLite, where a commit returns before its
+//! flush, the next batch is gathered once this one is released (see
+//! [`write_loop`]).
 
 use std::sync::Arc;
 
