@@ -61,6 +61,11 @@ impl PostgresStore {
         Ok(())
     }
 
+    /// Decisions commit through the pool, which `ping` checks.
+    fn decisions_health(&self) -> super::StoreResult<()> {
+        Ok(())
+    }
+
     /// After a write to `org`'s keys, agents, settings or rules commits:
     /// forget it here and tell the other replicas. If the notification
     /// fails, they see the change within the cache's `MAX_AGE`.

@@ -10,6 +10,7 @@ macro_rules! store_impl {
         #[async_trait]
         impl Store for $store {
             async fn ping(&self) -> StoreResult<()> {
+                self.decisions_health()?;
                 sqlx::query("SELECT 1").execute(&self.pool).await.map_err(map_err)?;
                 Ok(())
             }

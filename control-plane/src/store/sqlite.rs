@@ -72,6 +72,11 @@ impl SqliteStore {
     async fn changed(&self, org: super::OrgId) {
         self.cache.forget(org);
     }
+
+    /// Whether decisions can still be made durable (see `sqlite_writer`).
+    fn decisions_health(&self) -> super::StoreResult<()> {
+        self.decisions.health()
+    }
 }
 
 super::statements::statements!(sqlx::Sqlite);

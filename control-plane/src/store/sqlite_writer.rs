@@ -38,7 +38,7 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, LazyLock, mpsc};
+use std::sync::{Arc, LazyLock, OnceLock, mpsc};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, SecondsFormat, Utc};
@@ -61,6 +61,8 @@ type Flushed = oneshot::Sender<StoreResult<()>>;
 #[derive(Debug, Clone)]
 pub(super) struct DecisionWriter {
     queue: mpsc::Sender<Work>,
+    /// Set once a flush failed: from then on no decision is durable.
+    failed: Arc<OnceLock<String>>,
 }
 
 impl DecisionWriter {
@@ -79,11 +81,23 @@ impl DecisionWriter {
             .name("sqlite-decisions".into())
             .spawn(move || run(conn, work, flush))
             .map_err(spawn_err)?;
+        let failed = Arc::new(OnceLock::new());
+        let flusher = failed.clone();
         std::thread::Builder::new()
             .name("sqlite-flush".into())
-            .spawn(move || flush_loop(&wal, flushes))
+            .spawn(move || flush_loop(&wal, flushes, &flusher))
             .map_err(spawn_err)?;
-        Ok(DecisionWriter { queue })
+        Ok(DecisionWriter { queue, failed })
+    }
+
+    /// `Err` once a flush of the WAL failed (readiness reports it).
+    pub(super) fn health(&self) -> StoreResult<()> {
+        match self.failed.get() {
+            None => Ok(()),
+            Some(e) => Err(StoreError::Writer(format!(
+                "the SQLite WAL could not be flushed ({e}); decisions are refused until restart"
+            ))),
+        }
     }
 
     /// Commits `batch` in one transaction; the batch is durable once the
@@ -181,25 +195,32 @@ fn checkpoint(conn: &Connection) {
 /// Flushes the WAL for the committed batches, until the writer ends. Each
 /// round takes every batch committed so far, so one `fdatasync` releases all
 /// the batches committed while the previous one ran. The WAL is opened on
-/// the first round (the writer's first commit made sure it exists), and
-/// again after a failure.
-fn flush_loop(wal: &Path, flushes: mpsc::Receiver<Flushed>) {
+/// the first round (the writer's first commit made sure it exists).
+///
+/// A failed flush is final, as in PostgreSQL: after an `fsync` error Linux
+/// may have dropped the dirty pages and cleared the error, so a retry that
+/// succeeds proves nothing. From then on every batch fails (the requests get
+/// 500, never a claim that the decision is stored) and readiness reports the
+/// store down, until a restart recovers from the WAL.
+fn flush_loop(wal: &Path, flushes: mpsc::Receiver<Flushed>, failed: &OnceLock<String>) {
     let mut file: Option<File> = None;
     while let Ok(first) = flushes.recv() {
         let waiting: Vec<Flushed> = std::iter::once(first).chain(flushes.try_iter()).collect();
-        let outcome = sync(&mut file, wal);
-        if let Err(e) = &outcome {
-            // Committed but maybe not durable: the requests fail rather
-            // than claim the decisions are stored.
-            tracing::error!(error = %e, wal = %wal.display(), "cannot flush the SQLite WAL");
+        if failed.get().is_none()
+            && let Err(e) = sync(&mut file, wal)
+        {
+            tracing::error!(
+                error = %e,
+                wal = %wal.display(),
+                "cannot flush the SQLite WAL; decisions are refused until restart"
+            );
+            let _ = failed.set(e.to_string());
         }
         for flushed in waiting {
-            let _ = flushed.send(
-                outcome
-                    .as_ref()
-                    .map(|_| ())
-                    .map_err(|e| StoreError::Writer(format!("cannot flush the WAL: {e}"))),
-            );
+            let _ = flushed.send(match failed.get() {
+                None => Ok(()),
+                Some(e) => Err(StoreError::Writer(format!("cannot flush the WAL: {e}"))),
+            });
         }
     }
 }
@@ -350,6 +371,55 @@ fn map_err(e: rusqlite::Error) -> StoreError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One flush round: a batch's flush request, and its outcome.
+    fn round(queue: &mpsc::Sender<Flushed>) -> StoreResult<()> {
+        let (flushed, outcome) = oneshot::channel();
+        queue.send(flushed).unwrap();
+        outcome.blocking_recv().unwrap()
+    }
+
+    // Guards the sticky failure: after a failed flush, a later flush that
+    // would succeed must not release decisions (an `fsync` error may have
+    // cost the dirty pages, and a retry proves nothing).
+    #[test]
+    fn a_failed_flush_fails_every_later_batch() {
+        let dir = std::env::temp_dir().join(format!("warden-flush-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let wal = dir.join("w.db-wal");
+        let failed = Arc::new(OnceLock::new());
+        let (queue, flushes) = mpsc::channel();
+        let (path, flag) = (wal.clone(), failed.clone());
+        let flusher = std::thread::spawn(move || flush_loop(&path, flushes, &flag));
+        // No file to flush: the round fails.
+        assert!(round(&queue).is_err());
+        assert!(failed.get().is_some());
+        // The file exists now, but the failure stands.
+        std::fs::write(&wal, b"frames").unwrap();
+        let later = round(&queue).unwrap_err().to_string();
+        assert!(later.contains("cannot flush the WAL"), "{later}");
+        drop(queue);
+        flusher.join().unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_flush_of_the_wal_releases_its_batches() {
+        let dir = std::env::temp_dir().join(format!("warden-flush-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let wal = dir.join("w.db-wal");
+        std::fs::write(&wal, b"frames").unwrap();
+        let failed = Arc::new(OnceLock::new());
+        let (queue, flushes) = mpsc::channel();
+        let (path, flag) = (wal.clone(), failed.clone());
+        let flusher = std::thread::spawn(move || flush_loop(&path, flushes, &flag));
+        round(&queue).unwrap();
+        round(&queue).unwrap();
+        assert!(failed.get().is_none());
+        drop(queue);
+        flusher.join().unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn insert_statements_have_a_mark_per_column() {
