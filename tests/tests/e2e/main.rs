@@ -3,6 +3,7 @@
 
 mod approval;
 mod chart;
+mod durability;
 mod examples;
 mod forward;
 mod http_route;
