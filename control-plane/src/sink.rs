@@ -159,7 +159,7 @@ async fn write_loop(writer: Writer, mut rx: mpsc::Receiver<Job>) {
         match futures_util::FutureExt::catch_unwind(batch).await {
             Ok(tried) => {
                 for c in tried {
-                    if c.flush.as_ref().is_ok_and(|f| !f.is_done()) {
+                    if c.awaits_flush() {
                         sent += 1;
                     }
                     // The answer loop ends only after this loop.
@@ -186,13 +186,13 @@ async fn answer_loop(
     mut flushes: mpsc::Receiver<Committed>,
     released: tokio::sync::watch::Sender<u64>,
 ) {
-    while let Some(Committed {
-        batch,
-        flush,
-        waiting,
-    }) = flushes.recv().await
-    {
-        let pending = flush.as_ref().is_ok_and(|f| !f.is_done());
+    while let Some(committed) = flushes.recv().await {
+        let pending = committed.awaits_flush();
+        let Committed {
+            batch,
+            flush,
+            waiting,
+        } = committed;
         let waited = std::time::Instant::now();
         let outcome = match flush {
             Ok(flush) => flush.wait().await.map_err(|e| e.to_string()),
@@ -224,6 +224,14 @@ struct Committed {
     batch: DecisionBatch,
     flush: Result<Flush, String>,
     waiting: Vec<Done>,
+}
+
+impl Committed {
+    /// Committed, but not durable until its flush resolves (SQLite): the
+    /// next batch is gathered only once it is released.
+    fn awaits_flush(&self) -> bool {
+        self.flush.as_ref().is_ok_and(|f| !f.is_done())
+    }
 }
 
 /// Where a job's row sits in its batch: an action (with or without a gate)

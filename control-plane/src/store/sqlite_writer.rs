@@ -373,10 +373,47 @@ mod tests {
     use super::*;
 
     /// One flush round: a batch's flush request, and its outcome.
-    fn round(queue: &mpsc::Sender<Flushed>) -> StoreResult<()> {
-        let (flushed, outcome) = oneshot::channel();
-        queue.send(flushed).unwrap();
-        outcome.blocking_recv().unwrap()
+    /// A flusher thread for a WAL path in a fresh directory (the file is
+    /// not created): the path, the flush queue, the failure flag, and the
+    /// thread, which ends once the queue is dropped.
+    struct Flusher {
+        dir: PathBuf,
+        wal: PathBuf,
+        queue: mpsc::Sender<Flushed>,
+        failed: Arc<OnceLock<String>>,
+        thread: std::thread::JoinHandle<()>,
+    }
+
+    impl Flusher {
+        fn start() -> Flusher {
+            let dir = std::env::temp_dir().join(format!("warden-flush-{}", uuid::Uuid::new_v4()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let wal = dir.join("w.db-wal");
+            let failed = Arc::new(OnceLock::new());
+            let (queue, flushes) = mpsc::channel();
+            let (path, flag) = (wal.clone(), failed.clone());
+            let thread = std::thread::spawn(move || flush_loop(&path, flushes, &flag));
+            Flusher {
+                dir,
+                wal,
+                queue,
+                failed,
+                thread,
+            }
+        }
+
+        /// One flush round: a batch's flush request, and its outcome.
+        fn round(&self) -> StoreResult<()> {
+            let (flushed, outcome) = oneshot::channel();
+            self.queue.send(flushed).unwrap();
+            outcome.blocking_recv().unwrap()
+        }
+
+        fn stop(self) {
+            drop(self.queue);
+            self.thread.join().unwrap();
+            std::fs::remove_dir_all(&self.dir).unwrap();
+        }
     }
 
     // Guards the sticky failure: after a failed flush, a later flush that
@@ -384,41 +421,25 @@ mod tests {
     // cost the dirty pages, and a retry proves nothing).
     #[test]
     fn a_failed_flush_fails_every_later_batch() {
-        let dir = std::env::temp_dir().join(format!("warden-flush-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let wal = dir.join("w.db-wal");
-        let failed = Arc::new(OnceLock::new());
-        let (queue, flushes) = mpsc::channel();
-        let (path, flag) = (wal.clone(), failed.clone());
-        let flusher = std::thread::spawn(move || flush_loop(&path, flushes, &flag));
+        let flusher = Flusher::start();
         // No file to flush: the round fails.
-        assert!(round(&queue).is_err());
-        assert!(failed.get().is_some());
+        assert!(flusher.round().is_err());
+        assert!(flusher.failed.get().is_some());
         // The file exists now, but the failure stands.
-        std::fs::write(&wal, b"frames").unwrap();
-        let later = round(&queue).unwrap_err().to_string();
+        std::fs::write(&flusher.wal, b"frames").unwrap();
+        let later = flusher.round().unwrap_err().to_string();
         assert!(later.contains("cannot flush the WAL"), "{later}");
-        drop(queue);
-        flusher.join().unwrap();
-        std::fs::remove_dir_all(&dir).unwrap();
+        flusher.stop();
     }
 
     #[test]
     fn a_flush_of_the_wal_releases_its_batches() {
-        let dir = std::env::temp_dir().join(format!("warden-flush-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let wal = dir.join("w.db-wal");
-        std::fs::write(&wal, b"frames").unwrap();
-        let failed = Arc::new(OnceLock::new());
-        let (queue, flushes) = mpsc::channel();
-        let (path, flag) = (wal.clone(), failed.clone());
-        let flusher = std::thread::spawn(move || flush_loop(&path, flushes, &flag));
-        round(&queue).unwrap();
-        round(&queue).unwrap();
-        assert!(failed.get().is_none());
-        drop(queue);
-        flusher.join().unwrap();
-        std::fs::remove_dir_all(&dir).unwrap();
+        let flusher = Flusher::start();
+        std::fs::write(&flusher.wal, b"frames").unwrap();
+        flusher.round().unwrap();
+        flusher.round().unwrap();
+        assert!(flusher.failed.get().is_none());
+        flusher.stop();
     }
 
     #[test]

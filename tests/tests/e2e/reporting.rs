@@ -32,17 +32,12 @@ routes:
     )
 }
 
-/// The audit log's items for the agent (at most 100).
-async fn decisions(cp: &ControlPlane) -> Vec<serde_json::Value> {
-    let (s, log) = cp
-        .call(
-            Method::GET,
-            "/v1/allow/audit-log?agent_id=crm-bot&limit=100",
-            None,
-        )
-        .await;
+/// The agent's page of the audit log, of at most `limit` items.
+async fn audit_log(cp: &ControlPlane, limit: u32) -> serde_json::Value {
+    let path = format!("/v1/allow/audit-log?agent_id=crm-bot&limit={limit}");
+    let (s, log) = cp.call(Method::GET, &path, None).await;
     assert_eq!(s, 200, "{log}");
-    log["data"].as_array().cloned().unwrap_or_default()
+    log
 }
 
 async fn metric(sidecar: &Sidecar, name: &str) -> f64 {
@@ -55,19 +50,6 @@ async fn metric(sidecar: &Sidecar, name: &str) -> f64 {
     text.lines()
         .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
         .unwrap_or(0.0)
-}
-
-/// How many decisions the control plane holds for the agent.
-async fn total(cp: &ControlPlane) -> u64 {
-    let (s, log) = cp
-        .call(
-            Method::GET,
-            "/v1/allow/audit-log?agent_id=crm-bot&limit=1",
-            None,
-        )
-        .await;
-    assert_eq!(s, 200, "{log}");
-    log["total"].as_u64().unwrap_or_default()
 }
 
 // Regression: each execution outcome was sent as soon as its batch was
@@ -102,7 +84,9 @@ async fn execution_outcomes_never_starve_the_decisions() {
         Duration::from_secs(30),
         Duration::from_secs(1),
         async || {
-            arrived = total(&cp).await;
+            arrived = audit_log(&cp, 1).await["total"]
+                .as_u64()
+                .unwrap_or_default();
             arrived == CALLS
         },
     )
@@ -169,7 +153,9 @@ async fn sigterm_finishes_calls_in_flight_and_delivers_the_queue() {
     );
     assert!(asked.elapsed() < SLOW_CALL + Duration::from_secs(10));
     assert_eq!(
-        decisions(&cp).await.len(),
+        audit_log(&cp, 100).await["data"]
+            .as_array()
+            .map_or(0, Vec::len),
         4,
         "the queue was delivered before exit; log:\n{}\ncontrol plane:\n{}",
         exited.1.process.logs(),
