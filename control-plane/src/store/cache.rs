@@ -14,8 +14,18 @@
 //! - **Nothing is trusted for long**: an entry older than [`MAX_AGE`] is
 //!   read again, so a change the process was not told about (another
 //!   process writing the same SQLite file, a lost notification) is seen
-//!   within that bound. PostgreSQL's cache is off while its listener is
+//!   within that bound, plus the time of that one read (at most
+//!   [`REFRESH_GRACE`]). PostgreSQL's cache is off while its listener is
 //!   not connected (`set_live`), and emptied whenever the listener drops.
+//!
+//! **One reader refreshes an aged entry.** The first reader to find an
+//! entry past [`MAX_AGE`] reads the database again; until its answer fills
+//! the cache (or [`REFRESH_GRACE`] passes), the other readers keep getting
+//! the aged entry. Without this, every request that arrived while the entry
+//! was being read went to the database too: under `scripts/load-evaluate`,
+//! about a hundred reads of the same agent a second, in bursts, each one a
+//! round trip to the database's connection thread. An entry a write made
+//! stale (`forget`) is never served: that rule is not relaxed.
 //!
 //! Negative answers are cached for agents (an unknown agent's retrieval)
 //! but never for keys: a flood of wrong keys must not evict right ones.
@@ -28,6 +38,11 @@ use super::{Agent, ApiKey, OrgId, Settings};
 
 /// The longest an entry is used without reading it again.
 pub(super) const MAX_AGE: Duration = Duration::from_secs(1);
+
+/// How long the other readers are given an aged entry while one reader
+/// reads it again; past this, the next reader tries too (the first may
+/// have failed).
+pub(super) const REFRESH_GRACE: Duration = Duration::from_millis(100);
 
 /// The cache empties itself past this many entries of one kind.
 const MAX_ENTRIES: usize = 100_000;
@@ -61,16 +76,36 @@ struct Entry<T> {
     /// The organization's change counter when the entry was filled.
     version: u64,
     at: Instant,
+    /// When a reader set out to read this aged entry again.
+    refreshing: Option<Instant>,
     value: T,
+}
+
+impl<T: Clone> Entry<T> {
+    /// The value, if a reader may use it: fresh, or aged while another
+    /// reader reads it again. The first reader to find it aged gets `None`
+    /// and is expected to read the database and fill the cache.
+    fn serve(&mut self, live: bool, changed: &HashMap<OrgId, u64>) -> Option<T> {
+        let version = changed.get(&self.org).copied().unwrap_or(0);
+        if !live || self.version != version {
+            return None;
+        }
+        if self.at.elapsed() < MAX_AGE {
+            return Some(self.value.clone());
+        }
+        match self.refreshing {
+            Some(since) if since.elapsed() < REFRESH_GRACE => Some(self.value.clone()),
+            _ => {
+                self.refreshing = Some(Instant::now());
+                None
+            }
+        }
+    }
 }
 
 impl Inner {
     fn version(&self, org: OrgId) -> u64 {
         self.changed.get(&org).copied().unwrap_or(0)
-    }
-
-    fn fresh<T>(&self, entry: &Entry<T>) -> bool {
-        self.live && entry.version == self.version(entry.org) && entry.at.elapsed() < MAX_AGE
     }
 
     /// Whether a read that took `ticket` may fill the cache now.
@@ -83,6 +118,7 @@ impl Inner {
             org,
             version: self.version(org),
             at: Instant::now(),
+            refreshing: None,
             value,
         }
     }
@@ -168,9 +204,8 @@ impl ReadCache {
     }
 
     pub(super) fn key(&self, hash: &str) -> Option<ApiKey> {
-        let inner = self.lock();
-        let e = inner.keys.get(hash)?;
-        inner.fresh(e).then(|| e.value.clone())
+        let inner = &mut *self.lock();
+        inner.keys.get_mut(hash)?.serve(inner.live, &inner.changed)
     }
 
     pub(super) fn fill_key(&self, ticket: Ticket, key: &ApiKey) {
@@ -182,9 +217,9 @@ impl ReadCache {
 
     /// `Some(None)`: known not to exist.
     pub(super) fn agent(&self, org: OrgId, agent_id: &str) -> Option<Option<Agent>> {
-        let inner = self.lock();
-        let e = inner.agents.get(&(org, agent_id.to_owned()))?;
-        inner.fresh(e).then(|| e.value.clone())
+        let inner = &mut *self.lock();
+        let e = inner.agents.get_mut(&(org, agent_id.to_owned()))?;
+        e.serve(inner.live, &inner.changed)
     }
 
     pub(super) fn fill_agent(
@@ -201,9 +236,11 @@ impl ReadCache {
     }
 
     pub(super) fn settings(&self, org: OrgId) -> Option<Settings> {
-        let inner = self.lock();
-        let e = inner.settings.get(&org)?;
-        inner.fresh(e).then(|| e.value.clone())
+        let inner = &mut *self.lock();
+        inner
+            .settings
+            .get_mut(&org)?
+            .serve(inner.live, &inner.changed)
     }
 
     pub(super) fn fill_settings(&self, ticket: Ticket, org: OrgId, settings: &Settings) {
@@ -214,9 +251,11 @@ impl ReadCache {
     }
 
     pub(super) fn revision(&self, org: OrgId) -> Option<i64> {
-        let inner = self.lock();
-        let e = inner.revisions.get(&org)?;
-        inner.fresh(e).then_some(e.value)
+        let inner = &mut *self.lock();
+        inner
+            .revisions
+            .get_mut(&org)?
+            .serve(inner.live, &inner.changed)
     }
 
     pub(super) fn fill_revision(&self, ticket: Ticket, org: OrgId, revision: i64) {
@@ -271,6 +310,51 @@ mod tests {
         cache.fill_revision(cache.ticket(), a, 2);
         assert_eq!(cache.revision(a), Some(2));
         cache.set_live(false);
+        assert_eq!(cache.revision(a), None);
+    }
+
+    /// A cache whose revision entry for the returned organization aged past
+    /// [`MAX_AGE`] and was just claimed for a refresh by a first reader
+    /// (which got `None`).
+    fn claimed() -> (ReadCache, OrgId) {
+        let cache = ReadCache::new(true);
+        let a = org();
+        cache.fill_revision(cache.ticket(), a, 1);
+        cache.lock().revisions.get_mut(&a).unwrap().at =
+            Instant::now().checked_sub(MAX_AGE).unwrap();
+        assert_eq!(cache.revision(a), None, "the first reader refreshes");
+        (cache, a)
+    }
+
+    // Guards the single refresh: the readers that find an aged entry while
+    // the first one reads it again must not all go to the database.
+    #[test]
+    fn one_reader_refreshes_an_aged_entry_while_the_others_keep_it() {
+        let (cache, a) = claimed();
+        // While the first reader reads the database, the others keep the
+        // aged value...
+        assert_eq!(cache.revision(a), Some(1));
+        assert_eq!(cache.revision(a), Some(1));
+        // ...until the first one's answer replaces it.
+        cache.fill_revision(cache.ticket(), a, 2);
+        assert_eq!(cache.revision(a), Some(2));
+    }
+
+    #[test]
+    fn a_refresh_that_never_fills_is_tried_again_after_the_grace() {
+        let (cache, a) = claimed();
+        // The first reader gave up; past the grace, the next one tries.
+        let since = Instant::now().checked_sub(REFRESH_GRACE).unwrap();
+        cache.lock().revisions.get_mut(&a).unwrap().refreshing = Some(since);
+        assert_eq!(cache.revision(a), None);
+        assert_eq!(cache.revision(a), Some(1));
+    }
+
+    #[test]
+    fn an_aged_entry_that_a_write_made_stale_is_never_served() {
+        let (cache, a) = claimed();
+        cache.forget(a);
+        // Another reader during the refresh: the write wins over the grace.
         assert_eq!(cache.revision(a), None);
     }
 

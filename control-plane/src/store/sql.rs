@@ -365,27 +365,25 @@ macro_rules! store_impl {
             }
 
             async fn provision_agent(&self, org: OrgId, agent_id: &str, mode: Option<warden_engine::model::AgentMode>, doc: &AgentDoc, now: DateTime<Utc>) -> StoreResult<Agent> {
-                if let Some(Some(agent)) = self.cache.agent(org, agent_id) {
+                // A known agent is read, never written: the cache answers,
+                // or a plain read that fills it. (Every request that found
+                // the cached entry just expired used to try an insert first:
+                // a no-op, but one that takes SQLite's write lock, about a
+                // hundred a second under load.)
+                if let Some(agent) = self.agent_by_agent_id(org, agent_id).await? {
                     return Ok(agent);
                 }
-                let inserted = sqlx::query(
-                    "INSERT INTO agents (id, org_id, agent_id, mode, doc, deleted_at, created_at, updated_at) \
-                     VALUES ($1, $2, $3, $4, $5, NULL, $6, $6) ON CONFLICT (org_id, agent_id) DO NOTHING",
-                )
-                .bind(Uuid::new_v4())
-                .bind(org.0)
-                .bind(agent_id)
-                .bind(mode_text(mode))
-                .bind(json_text(doc))
-                .bind(now)
-                .execute(&self.pool)
-                .await
-                .map_err(map_err)?;
-                if inserted.rows_affected() > 0 {
-                    self.changed(org).await;
+                match self.insert_agent(org, agent_id, mode, doc, now).await {
+                    Err(super::StoreError::Conflict(_)) => {}
+                    inserted => return inserted,
                 }
-                self.agent_by_agent_id(org, agent_id)
-                    .await?
+                // A concurrent request provisioned it first. The cache may
+                // still hold "unknown" (that request forgets the
+                // organization only after its commit), so ask the database.
+                let sql = format!("SELECT {AGENT_COLUMNS} FROM agents WHERE agent_id = $1 AND org_id = $2");
+                let row: Option<AgentRow> = sqlx::query_as(&sql).bind(agent_id).bind(org.0).fetch_optional(&self.pool).await.map_err(map_err)?;
+                row.map(Agent::try_from)
+                    .transpose()?
                     .ok_or_else(|| super::StoreError::Corrupt("agent vanished after insert".into()))
             }
 

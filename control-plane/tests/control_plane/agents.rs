@@ -277,4 +277,48 @@ async fn registration_provisions_in_monitor_mode(backend: Backend) {
     srv.stop().await;
 }
 
-both_backends!(agent_lifecycle, registration_provisions_in_monitor_mode);
+/// Guards concurrent auto-provisioning: the first evaluations of an unknown
+/// agent, sent at once, all succeed and make one agent. The requests that
+/// lose the insert read the agent back from the database, not from the
+/// cache, which may still hold "unknown" for it.
+async fn concurrent_first_evaluations_provision_one_agent(backend: Backend) {
+    let srv = TestServer::start(backend).await;
+    let admin = srv.admin("acme").await;
+    for round in 0..4 {
+        let agent_id = format!("burst-{round}");
+        // A retrieval for the unknown agent first: the cache then holds
+        // "unknown" for it, as it would in production.
+        let (s, d) = send(
+            &srv,
+            Method::POST,
+            "/recall/evaluate",
+            &admin,
+            Some(json!({"agent_id": agent_id, "operation": "retrieve"})),
+        )
+        .await;
+        assert_eq!(s, 200, "{d}");
+        let body = json!({"agent_id": agent_id, "target_app": "crm", "action": "read_contact"});
+        let sends = (0..16).map(|_| {
+            send(
+                &srv,
+                Method::POST,
+                "/allow/evaluate",
+                &admin,
+                Some(body.clone()),
+            )
+        });
+        for (s, d) in futures_util::future::join_all(sends).await {
+            assert_eq!(s, 200, "{d}");
+            assert_eq!(d["agent_mode"], "monitor", "{d}");
+        }
+    }
+    let (_, list) = send(&srv, Method::GET, "/allow/agents", &admin, None).await;
+    assert_eq!(list["total"], 4, "{list}");
+    srv.stop().await;
+}
+
+both_backends!(
+    agent_lifecycle,
+    registration_provisions_in_monitor_mode,
+    concurrent_first_evaluations_provision_one_agent
+);
