@@ -137,11 +137,18 @@ impl PostgresStore {
 super::statements::statements!(sqlx::Postgres);
 
 /// The decision sink's batch as one statement: each table's rows go in as
-/// one array per column, expanded by `UNNEST`, and the three inserts are
+/// one array per column, expanded by `unnest`, and the three inserts are
 /// data-modifying CTEs of the same statement. It commits by itself (one
 /// statement is atomic), so a batch of any size is one round trip, where
 /// `BEGIN`, one multi-row `INSERT` per chunk and `COMMIT` were several; and it
 /// is one prepared statement whatever the batch's size.
+///
+/// The arrays are expanded in the select list (`SELECT unnest($1), …`),
+/// where PostgreSQL steps them in lockstep as it inserts; `FROM UNNEST(…)`
+/// first copies every row into a tuplestore. pgbench, prepared 20-row
+/// batches, commits not flushed: 0.395–0.431 ms a batch against
+/// 0.422–0.445 ms (three pairs), about 5%. Every array of a table has one
+/// element per row, so no column is padded.
 static INSERT_BATCH: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     const ACTION_TYPES: &str = "uuid uuid text text text text text text text text uuid text bool text text text \
         text timestamptz text text timestamptz text timestamptz";
@@ -151,14 +158,14 @@ static INSERT_BATCH: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
         text text timestamptz";
     let mut n = 0;
     let mut unnest = |types: &str| {
-        let arrays: Vec<String> = types
+        let columns: Vec<String> = types
             .split_whitespace()
             .map(|t| {
                 n += 1;
-                format!("${n}::{t}[]")
+                format!("unnest(${n}::{t}[])")
             })
             .collect();
-        format!("SELECT * FROM UNNEST({})", arrays.join(", "))
+        format!("SELECT {}", columns.join(", "))
     };
     let actions = unnest(ACTION_TYPES);
     let gates = unnest(GATE_TYPES);
