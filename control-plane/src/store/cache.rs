@@ -81,13 +81,17 @@ struct Entry<T> {
     value: T,
 }
 
+/// `org`'s change counter: 0 until its first write.
+fn version(changed: &HashMap<OrgId, u64>, org: OrgId) -> u64 {
+    changed.get(&org).copied().unwrap_or(0)
+}
+
 impl<T: Clone> Entry<T> {
     /// The value, if a reader may use it: fresh, or aged while another
     /// reader reads it again. The first reader to find it aged gets `None`
     /// and is expected to read the database and fill the cache.
     fn serve(&mut self, live: bool, changed: &HashMap<OrgId, u64>) -> Option<T> {
-        let version = changed.get(&self.org).copied().unwrap_or(0);
-        if !live || self.version != version {
+        if !live || self.version != version(changed, self.org) {
             return None;
         }
         if self.at.elapsed() < MAX_AGE {
@@ -104,10 +108,6 @@ impl<T: Clone> Entry<T> {
 }
 
 impl Inner {
-    fn version(&self, org: OrgId) -> u64 {
-        self.changed.get(&org).copied().unwrap_or(0)
-    }
-
     /// Whether a read that took `ticket` may fill the cache now.
     fn admits(&self, ticket: Ticket) -> bool {
         self.live && self.writes == ticket.0
@@ -116,7 +116,7 @@ impl Inner {
     fn entry<T>(&self, org: OrgId, value: T) -> Entry<T> {
         Entry {
             org,
-            version: self.version(org),
+            version: version(&self.changed, org),
             at: Instant::now(),
             refreshing: None,
             value,

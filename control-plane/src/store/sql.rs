@@ -380,10 +380,8 @@ macro_rules! store_impl {
                 // A concurrent request provisioned it first. The cache may
                 // still hold "unknown" (that request forgets the
                 // organization only after its commit), so ask the database.
-                let sql = format!("SELECT {AGENT_COLUMNS} FROM agents WHERE agent_id = $1 AND org_id = $2");
-                let row: Option<AgentRow> = sqlx::query_as(&sql).bind(agent_id).bind(org.0).fetch_optional(&self.pool).await.map_err(map_err)?;
-                row.map(Agent::try_from)
-                    .transpose()?
+                read_agent(&self.pool, org, agent_id)
+                    .await?
                     .ok_or_else(|| super::StoreError::Corrupt("agent vanished after insert".into()))
             }
 
@@ -398,9 +396,7 @@ macro_rules! store_impl {
                     return Ok(agent);
                 }
                 let ticket = self.cache.ticket();
-                let sql = format!("SELECT {AGENT_COLUMNS} FROM agents WHERE agent_id = $1 AND org_id = $2");
-                let row: Option<AgentRow> = sqlx::query_as(&sql).bind(agent_id).bind(org.0).fetch_optional(&self.pool).await.map_err(map_err)?;
-                let agent = row.map(Agent::try_from).transpose()?;
+                let agent = read_agent(&self.pool, org, agent_id).await?;
                 self.cache.fill_agent(ticket, org, agent_id, agent.as_ref());
                 Ok(agent)
             }

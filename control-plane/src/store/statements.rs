@@ -365,6 +365,23 @@ macro_rules! statements {
             row.map(Rule::try_from).transpose()
         }
 
+        /// The agent `agent_id` of `org`, read from the database (never the
+        /// cache).
+        async fn read_agent(
+            pool: &sqlx::Pool<$db>,
+            org: OrgId,
+            agent_id: &str,
+        ) -> StoreResult<Option<Agent>> {
+            let sql = format!("SELECT {AGENT_COLUMNS} FROM agents WHERE agent_id = $1 AND org_id = $2");
+            let row: Option<AgentRow> = sqlx::query_as(&sql)
+                .bind(agent_id)
+                .bind(org.0)
+                .fetch_optional(pool)
+                .await
+                .map_err(map_err)?;
+            row.map(Agent::try_from).transpose()
+        }
+
         /// One page of `SELECT {columns} FROM {from} WHERE {clause} ORDER BY
         /// {order}` and how many rows match: `$1` is the organization and
         /// `values` follow as `$2`….
