@@ -26,6 +26,9 @@ use crate::notify::Notifier;
 use crate::record::Recorder;
 use crate::store::{ActionDecision, DecisionBatch, Flush, HitlItem, RetrievalDecision, Store};
 
+#[cfg(feature = "bench-bounds")]
+mod bounds;
+
 /// Most decisions one commit carries.
 pub const MAX_BATCH: usize = 256;
 
@@ -46,11 +49,15 @@ struct Writer {
     recorder: Arc<dyn Recorder>,
     notifier: Notifier,
     metrics: Arc<Metrics>,
+    #[cfg(feature = "bench-bounds")]
+    bound: Option<Arc<bounds::Bound>>,
 }
 
 /// The decision sink of a server.
 pub struct DecisionSink {
     queue: mpsc::Sender<Job>,
+    #[cfg(feature = "bench-bounds")]
+    bound: Option<Arc<bounds::Bound>>,
 }
 
 impl std::fmt::Debug for DecisionSink {
@@ -73,11 +80,15 @@ impl DecisionSink {
     ) -> DecisionSink {
         let (queue, rx) = mpsc::channel(MAX_BATCH * 16);
         let notifier = Notifier::new(store.clone());
+        #[cfg(feature = "bench-bounds")]
+        let bound = bounds::Bound::from_env().map(Arc::new);
         let writer = Writer {
             store,
             recorder,
             notifier,
             metrics,
+            #[cfg(feature = "bench-bounds")]
+            bound: bound.clone(),
         };
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -87,7 +98,11 @@ impl DecisionSink {
             .name("decision-sink".into())
             .spawn(move || runtime.block_on(write_loop(writer, rx)))
             .expect("the decision sink's thread starts");
-        DecisionSink { queue }
+        DecisionSink {
+            queue,
+            #[cfg(feature = "bench-bounds")]
+            bound,
+        }
     }
 
     /// Stores an action decision (with its approval gate, if any) and
@@ -106,6 +121,10 @@ impl DecisionSink {
     }
 
     async fn store(&self, row: Row) -> Result<(), ApiError> {
+        #[cfg(feature = "bench-bounds")]
+        if self.bound.as_ref().is_some_and(|b| b.skips()) {
+            return Ok(());
+        }
         let (done, wait) = oneshot::channel();
         self.queue
             .send(Job { row, done })
@@ -317,6 +336,10 @@ impl Writer {
 
     /// Commits `batch`, and gives it back for recording.
     async fn commit(&self, batch: DecisionBatch) -> (DecisionBatch, Result<Flush, String>) {
+        #[cfg(feature = "bench-bounds")]
+        if let Some(appended) = self.bound.as_ref().and_then(|b| b.append(&batch)) {
+            return (batch, appended.map(|()| Flush::done()));
+        }
         let batch = Arc::new(batch);
         let started = std::time::Instant::now();
         let flush = self.store.commit_decisions(batch.clone()).await;
