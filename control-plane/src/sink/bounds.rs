@@ -15,7 +15,8 @@
 //!   one `write` and one `fdatasync` a batch, in place of the database.
 //!   Each row is written as its strings and its JSON, with no framing: no
 //!   database can store a decision for less. This bounds any durable store
-//!   behind the same hand-off (queue, batch, answer).
+//!   behind the same hand-off (queue, batch, answer). Approval gates are not
+//!   written: the load test makes none.
 
 use std::fs::File;
 use std::io::Write;
