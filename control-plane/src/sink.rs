@@ -8,7 +8,7 @@
 //! response is sent only after its row is on stable storage; batching only
 //! amortizes the commit and the flush. The rows move from the request into
 //! the batch and are never copied; once stored and recorded, they go back to
-//! the requests' tasks to be freed where they were allocated.
+//! the requests' tasks, to be freed on the server's workers.
 //!
 //! One commit at a time on both backends: SQLite has one writer anyway, and
 //! on PostgreSQL, where each batch is one statement, overlapping commits
@@ -246,10 +246,11 @@ async fn answer_loop(
 type Done = oneshot::Sender<Result<Option<Leftover>, String>>;
 
 /// A stored row on its way back to a request's task, only to be dropped
-/// there: memory is cheapest to free on the thread that allocated it (the
-/// worker that built the row), where mimalloc takes it back at once, rather
-/// than on the sink's thread, where each free is a cross-thread handoff.
-/// Measured under `scripts/load-evaluate`'s load (SQLite, 128 connections,
+/// there, on a worker of the server's runtime, where rows are built. On the
+/// sink's thread every free of a row is a cross-thread free in mimalloc
+/// (handed to the allocating thread to collect); on a worker it is a local
+/// free whenever that worker built the row (often, not always: tokio's work
+/// stealing moves tasks between workers). Measured under `scripts/load-evaluate`'s load (SQLite, 128 connections,
 /// ten interleaved A/B pairs): the sink's CPU per decision fell in all ten
 /// (1.88 → 1.58 µs on average), the server's total by a median of 1.3 µs,
 /// within this VM's noise.
