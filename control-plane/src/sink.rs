@@ -250,10 +250,11 @@ type Done = oneshot::Sender<Result<Option<Leftover>, String>>;
 /// sink's thread every free of a row is a cross-thread free in mimalloc
 /// (handed to the allocating thread to collect); on a worker it is a local
 /// free whenever that worker built the row (often, not always: tokio's work
-/// stealing moves tasks between workers). Measured under `scripts/load-evaluate`'s load (SQLite, 128 connections,
-/// ten interleaved A/B pairs): the sink's CPU per decision fell in all ten
-/// (1.88 → 1.58 µs on average), the server's total by a median of 1.3 µs,
-/// within this VM's noise.
+/// stealing moves tasks between workers). Measured under the load of
+/// `scripts/load-evaluate` (SQLite, 128 connections, ten interleaved A/B
+/// pairs): the sink's CPU per decision fell in all ten (1.88 → 1.58 µs on
+/// average), the server's total by a median of 1.3 µs, within this VM's
+/// noise.
 #[expect(dead_code, reason = "the rows are carried only to be dropped")]
 enum Leftover {
     Action(ActionDecision),

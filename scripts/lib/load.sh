@@ -21,6 +21,15 @@ latency() { awk '$1=="50%"{p50=$2} $1=="99%"{p99=$2} END{printf "p50 %s, p99 %s"
 # Requests per second from wrk output.
 rate() { awk '/Requests\/sec/{print $2}' "$1"; }
 
+# Responses completed, from wrk output.
+completed() { awk '/requests in/{print $1}' "$1"; }
+
+# ", N non-2xx responses" from wrk output, or nothing.
+non_2xx() { awk '/Non-2xx/{printf ", %s non-2xx responses", $NF}' "$1"; }
+
+# $1 as a percentage of $2, one decimal.
+percent() { awk -v e="$1" -v h="$2" 'BEGIN{printf "%.1f", 100 * e / h}'; }
+
 start_server() { # $1 = binary, $2 = database URL; extra environment passes through
   local bin="$1" db="$2" port key i
   port=$(free_port)
